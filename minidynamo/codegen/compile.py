@@ -1,0 +1,61 @@
+"""The pipeline: trace to core ATen -> lower to IR -> schedule -> emit C++ -> build -> wrap."""
+from __future__ import annotations
+
+import functools
+from typing import Dict, List, Sequence
+
+import torch
+import torch.fx
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from .build import load_library
+from .cpp import emit_source
+from .lowering import GraphLowering, Unsupported
+from .scheduler import Kernel, Scheduler
+from .wrapper import CompiledGraph
+
+aten = torch.ops.aten
+
+
+@functools.lru_cache(maxsize=None)
+def decompositions() -> Dict:
+    """Core ATen, plus composite ops we prefer as their parts so they fuse with their neighbours
+    (softmax, layer_norm, gelu, variance) and linear layers whose bias becomes an epilogue."""
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([
+        aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.mean, aten.var,
+        aten.var_mean, aten.std, aten.std_mean, aten.addmm, aten.hardtanh, aten.leaky_relu,
+        aten.elu, aten.softplus, aten.logsumexp, aten.silu, aten.hardsigmoid, aten.hardswish,
+        aten.mish, aten.addcmul, aten.addcdiv, aten.lerp,
+    ]))
+    return table
+
+
+def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
+    """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples)."""
+    with unset_fake_temporarily():
+        inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+                  for t in example_inputs]
+    with torch.no_grad():
+        traced = make_fx(torch.func.functionalize(gm, remove="mutations"),
+                         decomposition_table=decompositions(), tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*inputs)
+    for node in traced.graph.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            raise Unsupported(f"graph mutates its inputs ({target})")
+    return traced, inputs
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> CompiledGraph:
+    traced, inputs = trace(gm, example_inputs)
+    lowering = GraphLowering(traced, inputs)
+    lowering.run()
+    keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
+    steps = Scheduler(lowering.nodes, keep).run()
+    kernels: List[Kernel] = [s for s in steps if isinstance(s, Kernel)]
+    source, emitted = emit_source(kernels, lowering.buffers)
+    lib = load_library(source) if kernels else None
+    return CompiledGraph(lowering, steps, lib, emitted, source)

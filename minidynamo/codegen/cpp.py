@@ -1,0 +1,391 @@
+"""Emit C++ (OpenMP + auto-vectorisable loops) for scheduled kernels.
+
+Every expression node becomes one typed local (`T tmpN = ...;`), which both deduplicates common
+subexpressions and gives torch's per-op rounding and integer wrap-around. Expressions that do not
+depend on an inner loop's variables are hoisted out of it. Transcendental functions are declared
+`omp declare simd`, so gcc calls glibc's vector math library (libmvec) inside vectorised loops.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+
+from .ir import Buffer, Const, Expr, Index, IndexValue, Load, Op, ReductionNode, UNARY_MATH
+from .scheduler import Kernel, KNode, Stage, classify
+
+CTYPES = {
+    torch.float32: "float", torch.float64: "double", torch.int8: "int8_t", torch.uint8: "uint8_t",
+    torch.int16: "int16_t", torch.int32: "int32_t", torch.int64: "int64_t", torch.bool: "bool",
+}
+
+_VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+                "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf",
+                "erfc")
+
+
+def _simd_decls() -> str:
+    lines = ['extern "C" {']
+    for fn in _VECTOR_MATH:
+        for suffix, t in (("f", "float"), ("", "double")):
+            lines.append(f"#pragma omp declare simd notinbranch\n{t} {fn}{suffix}({t}) noexcept;")
+    for suffix, t in (("f", "float"), ("", "double")):
+        for fn in ("pow", "atan2"):
+            lines.append(f"#pragma omp declare simd notinbranch\n{t} {fn}{suffix}({t}, {t}) noexcept;")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+PRELUDE = r"""#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+""" + _simd_decls() + r"""
+template <typename T> static inline T md_max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> static inline T md_min(T a, T b) { return (a < b || a != a) ? a : b; }
+template <typename T> static inline T md_floordiv(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) div -= T(1);
+    if (div == 0) return std::copysign(T(0), a / b);
+    T fl = std::floor(div);
+    return div - fl > T(0.5) ? fl + T(1) : fl;
+  } else {
+    T q = a / b;
+    return ((a < 0) != (b < 0) && q * b != a) ? T(q - 1) : q;
+  }
+}
+template <typename T> static inline T md_remainder(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    T m = std::fmod(a, b);
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+  } else {
+    T m = a % b;
+    return (m != 0 && ((b < 0) != (m < 0))) ? T(m + b) : m;
+  }
+}
+template <typename T> static inline T md_fmod(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) return std::fmod(a, b); else return a % b;
+}
+template <typename T> static inline T md_sign(T a) { return T((T(0) < a) - (a < T(0))); }
+"""
+
+_BINARY_INFIX = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "truncdiv": "/", "eq": "==", "ne": "!=",
+    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||", "xor": "!=",
+    "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>",
+}
+_HELPERS = {"maximum": "md_max", "minimum": "md_min", "floordiv": "md_floordiv",
+            "remainder": "md_remainder", "fmod": "md_fmod", "pow": "std::pow",
+            "atan2": "std::atan2"}
+_UNARY = {
+    "neg": "(-{0})", "not": "(!{0})", "bitnot": "(~{0})", "abs": "std::abs({0})",
+    "sign": "md_sign({0})", "isnan": "({0} != {0})",
+    "isinf": "(std::abs({0}) == std::numeric_limits<decltype({0})>::infinity())",
+    "rsqrt": "({t}(1) / std::sqrt({0}))", "sigmoid": "({t}(1) / ({t}(1) + std::exp(-{0})))",
+    "reciprocal": "({t}(1) / {0})", "frac": "({0} - std::trunc({0}))", "round": "std::nearbyint({0})",
+}
+
+_PARALLEL_MIN_WORK = 32768
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    t = CTYPES[dtype]
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        if math.isnan(value):
+            return f"std::numeric_limits<{t}>::quiet_NaN()"
+        if math.isinf(value):
+            return f"{'-' if value < 0 else ''}std::numeric_limits<{t}>::infinity()"
+        text = float(value).hex()
+        return text + ("f" if dtype == torch.float32 else "")
+    if value == -(2 ** 63):
+        return "std::numeric_limits<int64_t>::min()"
+    return f"{t}({value}LL)" if dtype == torch.int64 else f"{t}({value})"
+
+
+def index_code(ix: Index) -> str:
+    parts = [n if c == 1 else f"{c} * {n}" for n, c in ix.terms]
+    if ix.const or not parts:
+        parts.append(str(ix.const))
+    return " + ".join(parts)
+
+
+@dataclass
+class Scope:
+    lines: List[str]
+    level: int
+    cache: Dict[Expr, str] = field(default_factory=dict)
+    locals: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class EmittedKernel:
+    name: str
+    source: str
+    args: List[str]  # buffer names, in parameter order (nthreads follows)
+
+
+class KernelEmitter:
+    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer]):
+        self.k = kernel
+        self.buffers = buffers
+        self.counter = 0
+        self.reads: set = set()
+        self.stage_index = 0
+        self.outer: Scope = Scope([], 0)
+        self.loop: Optional[Scope] = None
+        self._levels: Dict[Expr, int] = {}  # per stage: 1 if the value varies in the inner loop
+
+    def new_var(self, prefix: str = "tmp") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def _local(self, ld: Load) -> Optional[Tuple[str, int]]:
+        if classify(self.k, self.stage_index, ld) != "local":
+            self.reads.add(ld.buffer)
+            return None
+        if self.loop is not None and ld.buffer in self.loop.locals:
+            return self.loop.locals[ld.buffer], 1
+        return self.outer.locals[ld.buffer], 0
+
+    def level(self, e: Expr) -> int:
+        hit = self._levels.get(e)
+        if hit is None:
+            hit = self._levels[e] = self._level(e)
+        return hit
+
+    def _level(self, e: Expr) -> int:
+        if isinstance(e, Load):
+            local = self._local(e)
+            if local is not None:
+                return local[1]
+            return int(any(v.startswith("r") for v in e.index.vars()))
+        if isinstance(e, IndexValue):
+            return int(any(v.startswith("r") for v in e.index.vars()))
+        return max((self.level(c) for c in e.children()), default=0)
+
+    def value(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return literal(e.value, e.dtype)
+        if isinstance(e, Load):
+            local = self._local(e)
+            if local is not None:
+                return local[0]
+        scope = self.loop if (self.loop is not None and self.level(e) == 1) else self.outer
+        hit = scope.cache.get(e)
+        if hit is not None:
+            return hit
+        code = self._code(e)
+        name = self.new_var()
+        scope.lines.append(f"{CTYPES[e.dtype]} {name} = {code};")
+        scope.cache[e] = name
+        return name
+
+    def _code(self, e: Expr) -> str:
+        t = CTYPES[e.dtype]
+        if isinstance(e, Load):
+            return f"{e.buffer}[{index_code(e.index)}]"
+        if isinstance(e, IndexValue):
+            return f"static_cast<{t}>({index_code(e.index)})"
+        assert isinstance(e, Op)
+        args = [self.value(a) for a in e.args]
+        n = e.name
+        if n == "cast":
+            return f"static_cast<{t}>({args[0]})"
+        if n == "where":
+            return f"({args[0]} ? {args[1]} : {args[2]})"
+        if n in _BINARY_INFIX:
+            return f"({args[0]} {_BINARY_INFIX[n]} {args[1]})"
+        if n in _HELPERS:
+            return f"{_HELPERS[n]}({args[0]}, {args[1]})"
+        if n in _UNARY:
+            return _UNARY[n].format(args[0], t=t)
+        assert n in UNARY_MATH, n
+        return f"std::{n}({args[0]})"
+
+    # -- kernel ------------------------------------------------------------------------------
+
+    def emit(self) -> EmittedKernel:
+        k = self.k
+        has_loops = any(s.inner is not None for s in k.stages)
+        work = _numel(k.outer) * max([_numel(s.inner) for s in k.stages if s.inner] + [1])
+        parallel = work >= _PARALLEL_MIN_WORK
+        for i, stage in enumerate(k.stages):
+            self.stage_index = i
+            self._levels = {}
+            if stage.inner is None:
+                for kn in stage.nodes:
+                    self._pointwise(kn, self.outer)
+            else:
+                self._loop_stage(stage, parallel and not k.outer)
+        body = self.outer.lines
+        n = len(k.outer)
+        if n:
+            loops = []
+            pure = not has_loops
+            par_dims = n - 1 if pure and n > 1 else n
+            for d, size in enumerate(k.outer):
+                pragma = ""
+                if d == 0 and parallel and par_dims:
+                    simd = " simd" if pure and n == 1 else ""
+                    collapse = f" collapse({par_dims})" if par_dims > 1 else ""
+                    pragma = (f"#pragma omp parallel for{simd}{collapse} num_threads(nthreads) "
+                              "if(nthreads > 1) schedule(static)")
+                elif d == n - 1 and pure:
+                    pragma = "#pragma omp simd"
+                loops.append((pragma, f"for (int64_t p{d} = 0; p{d} < {size}; p{d}++) {{"))
+            body = _nest(loops, body)
+        args = sorted(self.reads | k.stored)
+        params = []
+        for a in args:
+            qual = "" if a in k.stored else "const "
+            params.append(f"{qual}{CTYPES[self.buffers[a].dtype]}* __restrict__ {a}")
+        params.append("int nthreads")
+        src = f'extern "C" void {k.name}({", ".join(params)}) {{\n'
+        src += "\n".join("  " + line for line in body) + "\n}\n"
+        return EmittedKernel(k.name, src, args)
+
+    def _pointwise(self, kn: KNode, scope: Scope) -> None:
+        v = self.value(kn.body)
+        scope.locals[kn.name] = v
+        if kn.name in self.k.stored:
+            scope.lines.append(f"{kn.name}[{index_code(kn.store)}] = {v};")
+
+    def _loop_stage(self, stage: Stage, parallel: bool) -> None:
+        self.loop = Scope([], 1)
+        reductions = [kn for kn in stage.nodes if kn.is_reduction]
+        clauses, finals = [], []
+        serial = False
+        for kn in reductions:
+            c, f, is_serial = self._reduction_init(kn)
+            clauses += c
+            finals.append((kn, f))
+            serial |= is_serial
+        for kn in stage.nodes:
+            if kn.is_reduction:
+                self._reduction_update(kn, stage.inner)
+            else:
+                self._pointwise(kn, self.loop)
+        loops = []
+        clause = "".join(f" reduction({c})" for c in clauses)
+        for d, size in enumerate(stage.inner):
+            pragma = ""
+            if d == 0 and parallel and not serial:
+                simd = " simd" if len(stage.inner) == 1 else ""
+                pragma = (f"#pragma omp parallel for{simd}{clause} num_threads(nthreads) "
+                          "if(nthreads > 1) schedule(static)")
+            elif d == len(stage.inner) - 1 and not serial:
+                pragma = f"#pragma omp simd{clause}"
+            loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{"))
+        self.outer.lines.extend(_nest(loops, self.loop.lines))
+        self.loop = None
+        for kn, final in finals:
+            self.outer.lines.extend(final)
+            self.outer.locals[kn.name] = f"{kn.name}_v"
+            if kn.name in self.k.stored:
+                self.outer.lines.append(f"{kn.name}[{index_code(kn.store)}] = {kn.name}_v;")
+
+    def _reduction_init(self, kn: KNode):
+        node: ReductionNode = kn.node  # type: ignore[assignment]
+        t_out = CTYPES[node.dtype]
+        src_dtype = kn.body.dtype
+        t_src = CTYPES[src_dtype]
+        acc = f"{kn.name}_acc"
+        res = f"{kn.name}_v"
+        kind = node.kind
+        floating = src_dtype.is_floating_point
+        lines = self.outer.lines
+        if kind in ("sum", "prod"):
+            t_acc = "double" if node.dtype == torch.float32 else t_out
+            lines.append(f"{t_acc} {acc} = {0 if kind == 'sum' else 1};")
+            return ([f"{'+' if kind == 'sum' else '*'}:{acc}"],
+                    [f"{t_out} {res} = static_cast<{t_out}>({acc});"], False)
+        if kind in ("any", "all"):
+            lines.append(f"bool {acc} = {'false' if kind == 'any' else 'true'};")
+            return [f"{'|' if kind == 'any' else '&'}:{acc}"], [f"bool {res} = {acc};"], False
+        is_max = kind in ("max", "argmax")
+        init = (f"-std::numeric_limits<{t_src}>::infinity()" if floating and is_max else
+                f"std::numeric_limits<{t_src}>::infinity()" if floating else
+                f"std::numeric_limits<{t_src}>::lowest()" if is_max else
+                f"std::numeric_limits<{t_src}>::max()")
+        lines.append(f"{t_src} {acc} = {init};")
+        if kind in ("max", "min"):
+            clauses = [f"{kind}:{acc}"]
+            final = f"{t_out} {res} = {acc};"
+            if floating:
+                lines.append(f"bool {acc}_nan = false;")
+                clauses.append(f"|:{acc}_nan")
+                final = (f"{t_out} {res} = {acc}_nan ? "
+                         f"std::numeric_limits<{t_out}>::quiet_NaN() : {acc};")
+            return clauses, [final], False
+        lines.append(f"int64_t {acc}_idx = 0;")
+        return [], [f"int64_t {res} = {acc}_idx;"], True
+
+    def _reduction_update(self, kn: KNode, inner: Tuple[int, ...]) -> None:
+        node: ReductionNode = kn.node  # type: ignore[assignment]
+        v = self.value(kn.body)
+        acc = f"{kn.name}_acc"
+        lines = self.loop.lines
+        kind = node.kind
+        floating = kn.body.dtype.is_floating_point
+        if kind == "sum":
+            lines.append(f"{acc} += {v};")
+        elif kind == "prod":
+            lines.append(f"{acc} *= {v};")
+        elif kind == "any":
+            lines.append(f"{acc} = {acc} | {v};")
+        elif kind == "all":
+            lines.append(f"{acc} = {acc} & {v};")
+        elif kind in ("max", "min"):
+            cmp = ">" if kind == "max" else "<"
+            lines.append(f"{acc} = {v} {cmp} {acc} ? {v} : {acc};")
+            if floating:
+                lines.append(f"{acc}_nan = {acc}_nan | ({v} != {v});")
+        else:
+            cmp = ">" if kind == "argmax" else "<"
+            flat = index_code(_flat_inner(inner))
+            cond = f"{v} {cmp} {acc}"
+            if floating:
+                cond += f" || ({v} != {v} && {acc} == {acc})"
+            lines.append(f"if ({cond}) {{ {acc} = {v}; {acc}_idx = {flat}; }}")
+
+
+def _flat_inner(inner: Tuple[int, ...]) -> Index:
+    out = Index()
+    for d, size in enumerate(inner):
+        out = out * size + Index.var(f"r{d}")
+    return out
+
+
+def _numel(sizes) -> int:
+    n = 1
+    for s in sizes or ():
+        n *= s
+    return n
+
+
+def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
+    out: List[str] = []
+    depth = 0
+    for pragma, header in loops:
+        if pragma:
+            out.append("  " * depth + pragma)
+        out.append("  " * depth + header)
+        depth += 1
+    out.extend("  " * depth + line for line in body)
+    for d in reversed(range(depth)):
+        out.append("  " * d + "}")
+    return out
+
+
+def emit_source(kernels: List[Kernel], buffers: Dict[str, Buffer]) -> Tuple[str, List[EmittedKernel]]:
+    emitted = [KernelEmitter(k, buffers).emit() for k in kernels]
+    return PRELUDE + "\n" + "\n".join(e.source for e in emitted), emitted

@@ -1,0 +1,319 @@
+"""FX graph -> loop-level IR.
+
+The graph is first re-traced with `make_fx` and torch's decompositions, so only a small core of
+ATen/prims ops remains and every node carries a fake tensor (`meta['val']`) with the dtype, size and
+strides torch itself would produce. Each op then maps to a lazily evaluated value:
+
+- `Lazy`: an element function `idx -> Expr`, composed without touching memory (pointwise ops and
+  views of lazy values), so chains of pointwise ops become one expression;
+- `Strided`: a view of a buffer in memory (inputs, constants, extern results, realized nodes).
+
+Values are "realized" (turned into an IR node writing a buffer) only where memory is needed: graph
+outputs, reduction results, extern arguments, and views that cannot be expressed as affine indexing.
+Ops without a lowering, or with dtypes the code generator does not handle, become extern calls to
+torch, so an unsupported op costs speed, never correctness.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
+
+from .ir import (
+    Buffer, Const, Expr, ExternNode, Index, Load, Node, Op, PointwiseNode, ReductionNode,
+    contiguous_strides, inner_var, outer_var,
+)
+
+SUPPORTED_DTYPES = (
+    torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+    torch.bool,
+)
+
+
+class Unsupported(Exception):
+    """Raised by a lowering that cannot handle its arguments; the op becomes an extern call."""
+
+
+@dataclass
+class Value:
+    size: Tuple[int, ...]
+    dtype: torch.dtype
+
+    def load(self, idx: Sequence[Index]) -> Expr:
+        raise NotImplementedError
+
+
+@dataclass
+class Strided(Value):
+    buffer: str = ""
+    stride: Tuple[int, ...] = ()
+    offset: int = 0
+
+    def load(self, idx: Sequence[Index]) -> Expr:
+        pos = Index((), self.offset)
+        for i, s in zip(idx, self.stride):
+            pos = pos + i * s
+        return Load(self.buffer, pos, self.dtype)
+
+
+@dataclass
+class Lazy(Value):
+    fn: Callable[[Tuple[Index, ...]], Expr] = None  # type: ignore[assignment]
+    memo: Dict[Tuple[Index, ...], Expr] = field(default_factory=dict, repr=False)
+
+    def load(self, idx: Sequence[Index]) -> Expr:
+        key = tuple(idx)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = self.fn(key)
+        return hit
+
+
+@dataclass
+class OutputSpec:
+    """How the wrapper produces one graph output."""
+
+    kind: str  # "buffer" (a view of a buffer) or "constant"
+    buffer: str = ""
+    size: Tuple[int, ...] = ()
+    stride: Tuple[int, ...] = ()
+    offset: int = 0
+    constant: Any = None
+
+
+def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """Non-overlapping and dense: some permutation of the dims is contiguous."""
+    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
+
+
+class GraphLowering:
+    def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
+        self.gm = gm
+        self.example_inputs = list(inputs)
+        self.buffers: Dict[str, Buffer] = {}
+        self.nodes: List[Node] = []
+        self.input_names: List[str] = []
+        self.constants: Dict[str, torch.Tensor] = {}
+        self.outputs: List[OutputSpec] = []
+        self.out_spec: Optional[TreeSpec] = None
+        self.env: Dict[torch.fx.Node, Any] = {}
+        self._cse: Dict[Any, str] = {}
+        self._counter = 0
+
+    # -- buffers and nodes -------------------------------------------------------------------
+
+    def new_name(self, prefix: str) -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def add_buffer(self, prefix: str, size, stride, dtype) -> str:
+        name = self.new_name(prefix)
+        self.buffers[name] = Buffer(name, tuple(size), tuple(stride), dtype)
+        return name
+
+    def tensor_value(self, prefix: str, t: torch.Tensor) -> Strided:
+        name = self.add_buffer(prefix, t.shape, t.stride(), t.dtype)
+        return Strided(tuple(t.shape), t.dtype, name, tuple(t.stride()), 0)
+
+    def realize(self, v: Value, stride: Optional[Sequence[int]] = None) -> Strided:
+        """Give `v` memory. Lazy values become a PointwiseNode storing with `stride`."""
+        if isinstance(v, Strided):
+            return v
+        size = v.size
+        stride = tuple(stride) if stride is not None else contiguous_strides(size)
+        # Iterate in memory order of the store so writes are sequential.
+        order = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+        idx = [Index()] * len(size)
+        for k, d in enumerate(order):
+            idx[d] = Index.var(outer_var(k))
+        body = v.load(tuple(idx))
+        key = ("pw", size, stride, body)
+        name = self._cse.get(key)
+        if name is None:
+            store = Index()
+            for d in order:
+                store = store + idx[d] * stride[d]
+            name = self.add_buffer("buf", size, stride, v.dtype)
+            self.nodes.append(
+                PointwiseNode(name, tuple(size[d] for d in order), body, store, v.dtype))
+            self._cse[key] = name
+        return Strided(size, v.dtype, name, stride, 0)
+
+    def reduce(self, v: Value, dims: Sequence[int], kind: str, dtype: torch.dtype,
+               keepdim: bool) -> Value:
+        """Reduce `v` over `dims` into a contiguous buffer; result shaped with or without keepdim."""
+        nd = len(v.size)
+        dims = sorted({d % nd for d in dims}) if nd else []
+        kept = [d for d in range(nd) if d not in dims]
+        out_size = tuple(1 if d in dims else v.size[d] for d in range(nd)) if keepdim else \
+            tuple(v.size[d] for d in kept)
+        idx = [Index()] * nd
+        outer, inner = [], []
+        for d in kept:
+            if v.size[d] != 1:
+                idx[d] = Index.var(outer_var(len(outer)))
+                outer.append(v.size[d])
+        for d in dims:
+            if v.size[d] != 1:
+                idx[d] = Index.var(inner_var(len(inner)))
+                inner.append(v.size[d])
+        body = v.load(tuple(idx))
+        if kind in ("sum", "prod"):
+            body = cast(body, dtype)
+        elif kind in ("any", "all"):
+            body = cast(body, torch.bool)
+        if not inner:
+            # Nothing to combine: the "reduction" is element-wise.
+            if kind in ("argmax", "argmin"):
+                return Lazy(out_size, dtype, lambda i: Const(0, dtype))
+            src = v
+            return Lazy(out_size, dtype, lambda i: cast(src.load(_unreduce(i, nd, dims, keepdim)), dtype))
+        key = ("red", kind, tuple(outer), tuple(inner), body, dtype)
+        name = self._cse.get(key)
+        if name is None:
+            name = self.add_buffer("buf", tuple(outer), contiguous_strides(tuple(outer)), dtype)
+            self.nodes.append(ReductionNode(name, kind, tuple(outer), tuple(inner), body, dtype))
+            self._cse[key] = name
+        return Strided(out_size, dtype, name, contiguous_strides(out_size), 0)
+
+    def extern(self, node: torch.fx.Node, args, kwargs) -> Any:
+        reads: List[str] = []
+
+        def to_ref(a):
+            if isinstance(a, Value):
+                s = self.realize(a)
+                reads.append(s.buffer)
+                return ExternArg(s.buffer, s.size, s.stride, s.offset)
+            return a
+
+        args, kwargs = tree_map(to_ref, (args, kwargs))
+        val = node.meta.get("val")
+        vals = list(val) if isinstance(val, (tuple, list)) else [val]
+        names, results = [], []
+        for t in vals:
+            if isinstance(t, torch.Tensor):
+                v = self.tensor_value("ext", t)
+                names.append(v.buffer)
+                results.append(v)
+            elif t is None:
+                names.append(None)
+                results.append(None)
+            else:
+                raise Unsupported(f"extern {node.target} returns {type(t).__name__}")
+        self.nodes.append(ExternNode(tuple(names), node.target, args, kwargs, tuple(reads)))
+        return tuple(results) if isinstance(val, (tuple, list)) else results[0]
+
+    # -- graph walk --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        from .lowerings import LOWERINGS
+
+        placeholders = iter(self.example_inputs)
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                t = next(placeholders)
+                v = self.tensor_value("in", t)
+                self.input_names.append(v.buffer)
+                self.env[node] = v
+            elif node.op == "get_attr":
+                t = _fetch_attr(self.gm, node.target)
+                v = self.tensor_value("const", t)
+                self.constants[v.buffer] = t
+                self.env[node] = v
+            elif node.op == "call_function":
+                self.env[node] = self.lower_call(node, LOWERINGS)
+            elif node.op == "output":
+                self.lower_outputs(node.args[0])
+            else:
+                raise Unsupported(f"fx op {node.op}")
+
+    def lower_call(self, node: torch.fx.Node, table: Dict[Any, Callable]) -> Any:
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self.env[n])
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        fn = table.get(node.target) or table.get(getattr(node.target, "overloadpacket", None))
+        if fn is not None and _dtypes_supported(node):
+            try:
+                return fn(self, node, *args, **kwargs)
+            except Unsupported:
+                pass
+        return self.extern(node, args, kwargs)
+
+    def lower_outputs(self, outs) -> None:
+        out_nodes, self.out_spec = tree_flatten(outs)
+        for n in out_nodes:
+            v = self.env[n] if isinstance(n, torch.fx.Node) else n
+            if not isinstance(v, Value):
+                self.outputs.append(OutputSpec("constant", constant=v))
+                continue
+            meta = n.meta.get("val")
+            stride = meta.stride() if isinstance(meta, torch.Tensor) else None
+            if stride is not None and not is_dense(v.size, stride):
+                stride = None
+            s = self.realize(v, stride)
+            self.outputs.append(OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset))
+
+
+@dataclass(frozen=True)
+class ExternArg:
+    """Placeholder in an extern call's arguments for a (view of a) buffer."""
+
+    buffer: str
+    size: Tuple[int, ...]
+    stride: Tuple[int, ...]
+    offset: int
+
+
+def _unreduce(idx: Tuple[Index, ...], nd: int, dims: Sequence[int], keepdim: bool):
+    """Index of the reduced input for an output index when every reduced dim has size 1."""
+    if keepdim:
+        return idx
+    it = iter(idx)
+    return tuple(Index() if d in dims else next(it) for d in range(nd))
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _dtypes_supported(node: torch.fx.Node) -> bool:
+    def ok(x) -> bool:
+        return not isinstance(x, torch.Tensor) or (
+            x.dtype in SUPPORTED_DTYPES and x.device.type == "cpu")
+
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    flat = []
+    for v in vals:
+        flat.extend(v if isinstance(v, (tuple, list)) else [v])
+    return all(ok(v) for v in flat)
+
+
+def cast(e: Expr, dtype: torch.dtype) -> Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return const(e.value, dtype)
+    return Op("cast", (e,), dtype)
+
+
+def const(value, dtype: torch.dtype) -> Const:
+    if dtype == torch.bool:
+        value = bool(value)
+    elif dtype.is_floating_point:
+        value = float(value)
+    else:
+        value = int(value)
+    return Const(value, dtype)
