@@ -58,4 +58,4 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     kernels: List[Kernel] = [s for s in steps if isinstance(s, Kernel)]
     source, emitted = emit_source(kernels, lowering.buffers)
     lib = load_library(source) if kernels else None
-    return CompiledGraph(lowering, steps, lib, emitted, source)
+    return CompiledGraph(lowering, steps, lib, emitted, source, gm.forward)

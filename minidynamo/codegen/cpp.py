@@ -239,7 +239,7 @@ class KernelEmitter:
                     collapse = f" collapse({par_dims})" if par_dims > 1 else ""
                     pragma = (f"#pragma omp parallel for{simd}{collapse} num_threads(nthreads) "
                               "if(nthreads > 1) schedule(static)")
-                elif d == n - 1 and pure:
+                if d == n - 1 and pure and not pragma:
                     pragma = "#pragma omp simd"
                 loops.append((pragma, f"for (int64_t p{d} = 0; p{d} < {size}; p{d}++) {{"))
             body = _nest(loops, body)

@@ -3,14 +3,14 @@ order, and returns the outputs (as views where the graph returns views)."""
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
 from .cpp import EmittedKernel
 from .ir import Buffer, ExternNode
-from .lowering import ExternArg, GraphLowering, OutputSpec
+from .lowering import ExternArg, GraphLowering, OutputSpec, is_dense
 from .scheduler import Kernel, Step
 
 
@@ -18,17 +18,21 @@ def _strides_match(t: torch.Tensor, size, stride) -> bool:
     return all(a == b or s == 1 for a, b, s in zip(t.stride(), stride, size))
 
 
-def _relayout(t: torch.Tensor, buf: Buffer) -> torch.Tensor:
-    """`t` with the strides the generated code assumes, copying only when they differ."""
+def _relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
+    """`t` with the strides the generated code assumes, copying only when they differ; None when
+    the code assumes overlapping strides (broadcast inputs), which a copy cannot produce."""
     if _strides_match(t, buf.size, buf.stride):
         return t
+    if not is_dense(buf.size, buf.stride):
+        return None
     return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype).copy_(t)
 
 
 class CompiledGraph:
     def __init__(self, lowering: GraphLowering, steps: List[Step], lib: ctypes.CDLL,
-                 emitted: Sequence[EmittedKernel], source: str):
+                 emitted: Sequence[EmittedKernel], source: str, fallback: Callable):
         self.source = source
+        self.fallback = fallback  # for inputs laid out in a way the kernels cannot take
         self.steps = steps
         self.buffers = lowering.buffers
         self.inputs = [lowering.buffers[n] for n in lowering.input_names]
@@ -78,13 +82,19 @@ class CompiledGraph:
             results = result if isinstance(result, (tuple, list)) else (result,)
             for buf, r in zip(outs, results):
                 if buf is not None:
-                    env[buf.name] = _relayout(r, buf)
+                    r = _relayout(r, buf)
+                    if r is None:
+                        raise RuntimeError(f"{node.fn} returned an unexpected layout")
+                    env[buf.name] = r
         return call
 
     def __call__(self, *args: torch.Tensor) -> Any:
         env: Dict[str, Any] = dict(self.constants)
         for buf, t in zip(self.inputs, args):
-            env[buf.name] = _relayout(t, buf)
+            t = _relayout(t, buf)
+            if t is None:
+                return self.fallback(*args)
+            env[buf.name] = t
         nthreads = torch.get_num_threads()
         for call in self._plan:
             call(env, nthreads)

@@ -1,0 +1,558 @@
+"""The "cpp" backend: correctness against eager, fusion, externs, autograd, and the kernel cache.
+
+To keep g++ invocations few, ops are batched: one graph computes a whole family of ops, is compiled
+once (module-scoped fixture), and each op is then checked by its own parametrized test.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import minidynamo.config
+from minidynamo.backends import lookup_backend
+from minidynamo.codegen import build, compile_graph
+from minidynamo.codegen.ir import ExternNode
+from minidynamo.codegen.scheduler import Kernel
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("kernel-cache"))
+    old = minidynamo.config.cache_dir
+    minidynamo.config.cache_dir = path
+    yield path
+    minidynamo.config.cache_dir = old
+
+
+def compile_fn(fn, *inputs):
+    return compile_graph(torch.fx.symbolic_trace(fn), list(inputs))
+
+
+def assert_close(actual, expected, dtype=None):
+    dtype = dtype or expected.dtype
+    tol = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-9, atol=1e-12)}
+    torch.testing.assert_close(actual, expected, equal_nan=True, **tol.get(dtype, dict(rtol=0, atol=0)))
+
+
+class Batch:
+    """Many named ops compiled as one graph: `results[name]` and `expected[name]`."""
+
+    def __init__(self, ops, *inputs):
+        names = list(ops)
+        fns = [ops[n] for n in names]
+
+        def graph(*xs):
+            return tuple(f(*xs) for f in fns)
+
+        # symbolic_trace cannot trace *args; make_fx can (our pipeline re-traces it anyway).
+        gm = make_fx(graph)(*inputs)
+        compiled = compile_graph(gm, list(inputs))
+        self.compiled = compiled
+        self.results = dict(zip(names, compiled(*inputs)))
+        self.expected = dict(zip(names, graph(*inputs)))
+
+    def check(self, name):
+        actual, expected = self.results[name], self.expected[name]
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape
+        assert_close(actual, expected)
+
+
+torch.manual_seed(0)
+X = torch.randn(17, 33)
+POS = torch.rand(17, 33) + 0.1
+UNIT = torch.rand(17, 33) * 1.8 - 0.9
+
+UNARY = {
+    "exp": lambda x, p, u: torch.exp(x), "exp2": lambda x, p, u: torch.exp2(x),
+    "expm1": lambda x, p, u: torch.expm1(x), "log": lambda x, p, u: torch.log(p),
+    "log2": lambda x, p, u: torch.log2(p), "log10": lambda x, p, u: torch.log10(p),
+    "log1p": lambda x, p, u: torch.log1p(p), "sqrt": lambda x, p, u: torch.sqrt(p),
+    "rsqrt": lambda x, p, u: torch.rsqrt(p), "sin": lambda x, p, u: torch.sin(x),
+    "cos": lambda x, p, u: torch.cos(x), "tan": lambda x, p, u: torch.tan(u),
+    "asin": lambda x, p, u: torch.asin(u), "acos": lambda x, p, u: torch.acos(u),
+    "atan": lambda x, p, u: torch.atan(x), "sinh": lambda x, p, u: torch.sinh(x),
+    "cosh": lambda x, p, u: torch.cosh(x), "tanh": lambda x, p, u: torch.tanh(x),
+    "asinh": lambda x, p, u: torch.asinh(x), "acosh": lambda x, p, u: torch.acosh(p + 1),
+    "atanh": lambda x, p, u: torch.atanh(u), "erf": lambda x, p, u: torch.erf(x),
+    "erfc": lambda x, p, u: torch.erfc(x), "sigmoid": lambda x, p, u: torch.sigmoid(x),
+    "reciprocal": lambda x, p, u: torch.reciprocal(p), "floor": lambda x, p, u: torch.floor(x * 3),
+    "ceil": lambda x, p, u: torch.ceil(x * 3), "trunc": lambda x, p, u: torch.trunc(x * 3),
+    "round": lambda x, p, u: torch.round(x * 3), "frac": lambda x, p, u: torch.frac(x * 3),
+    "neg": lambda x, p, u: -x, "abs": lambda x, p, u: torch.abs(x),
+    "sign": lambda x, p, u: torch.sign(x), "relu": lambda x, p, u: torch.relu(x),
+    "square": lambda x, p, u: torch.square(x), "pow_scalar": lambda x, p, u: torch.pow(p, 2.7),
+    "pow_half": lambda x, p, u: p ** 0.5, "pow_cube": lambda x, p, u: x ** 3,
+    "rpow": lambda x, p, u: 2.0 ** x, "lgamma": lambda x, p, u: torch.lgamma(p),
+    "gelu": lambda x, p, u: F.gelu(x), "gelu_tanh": lambda x, p, u: F.gelu(x, approximate="tanh"),
+    "silu": lambda x, p, u: F.silu(x), "softplus": lambda x, p, u: F.softplus(x),
+    "elu": lambda x, p, u: F.elu(x), "leaky_relu": lambda x, p, u: F.leaky_relu(x, 0.1),
+    "hardtanh": lambda x, p, u: F.hardtanh(x), "hardswish": lambda x, p, u: F.hardswish(x),
+    "hardsigmoid": lambda x, p, u: F.hardsigmoid(x), "mish": lambda x, p, u: F.mish(x),
+    "isnan": lambda x, p, u: torch.isnan(torch.log(x)), "isinf": lambda x, p, u: torch.isinf(1 / (x * 0)),
+    "logical_not": lambda x, p, u: torch.logical_not(x > 0), "clamp": lambda x, p, u: x.clamp(-0.5, 0.5),
+    "clamp_min": lambda x, p, u: x.clamp(min=0.1), "clamp_max": lambda x, p, u: x.clamp(max=0.1),
+    "nan_to_num": lambda x, p, u: torch.nan_to_num(torch.log(x)),
+}
+
+
+@pytest.fixture(scope="module")
+def unary():
+    return Batch(UNARY, X, POS, UNIT)
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary(unary, name):
+    unary.check(name)
+
+
+A = torch.randn(9, 1, 13)
+B = torch.randn(5, 13) + 0.5
+IA = torch.randint(-20, 20, (9, 1, 13), dtype=torch.int32)
+IB = torch.randint(-7, 7, (5, 13), dtype=torch.int64)
+BOOL = torch.rand(5, 13) > 0.5
+
+BINARY = {
+    "add": lambda a, b, ia, ib, m: a + b, "sub": lambda a, b, ia, ib, m: a - b,
+    "mul": lambda a, b, ia, ib, m: a * b, "div": lambda a, b, ia, ib, m: a / b,
+    "add_alpha": lambda a, b, ia, ib, m: torch.add(a, b, alpha=2.5),
+    "rsub": lambda a, b, ia, ib, m: 1 - a, "div_floor": lambda a, b, ia, ib, m: torch.div(a, b, rounding_mode="floor"),
+    "div_trunc": lambda a, b, ia, ib, m: torch.div(a, b, rounding_mode="trunc"),
+    "floor_divide": lambda a, b, ia, ib, m: a // b, "remainder": lambda a, b, ia, ib, m: a % b,
+    "fmod": lambda a, b, ia, ib, m: torch.fmod(a, b), "pow": lambda a, b, ia, ib, m: torch.pow(b.abs(), a),
+    "atan2": lambda a, b, ia, ib, m: torch.atan2(a, b), "maximum": lambda a, b, ia, ib, m: torch.maximum(a, b),
+    "minimum": lambda a, b, ia, ib, m: torch.minimum(a, b), "eq": lambda a, b, ia, ib, m: ia == ib,
+    "ne": lambda a, b, ia, ib, m: a != b, "lt": lambda a, b, ia, ib, m: a < b,
+    "le": lambda a, b, ia, ib, m: ia <= b, "gt": lambda a, b, ia, ib, m: a > 0.5,
+    "ge": lambda a, b, ia, ib, m: ib >= ia, "where": lambda a, b, ia, ib, m: torch.where(m, a, b),
+    "where_scalar": lambda a, b, ia, ib, m: torch.where(a > 0, a, 0.0),
+    "masked_fill": lambda a, b, ia, ib, m: b.masked_fill(m, float("-inf")),
+    "logical_and": lambda a, b, ia, ib, m: torch.logical_and(a > 0, m),
+    "logical_or": lambda a, b, ia, ib, m: torch.logical_or(a > 0, m),
+    "logical_xor": lambda a, b, ia, ib, m: torch.logical_xor(a > 0, m),
+    "bitwise_and": lambda a, b, ia, ib, m: ia & ib, "bitwise_or": lambda a, b, ia, ib, m: ia | ib,
+    "bitwise_xor": lambda a, b, ia, ib, m: ia ^ ib, "bitwise_not": lambda a, b, ia, ib, m: ~ia,
+    "bool_and": lambda a, b, ia, ib, m: m & (a > 0), "bool_not": lambda a, b, ia, ib, m: ~m,
+    "int_add": lambda a, b, ia, ib, m: ia + ib, "int_mul": lambda a, b, ia, ib, m: ia * ib * 3,
+    "int_floordiv_const": lambda a, b, ia, ib, m: ia // 3, "int_neg_floordiv": lambda a, b, ia, ib, m: ia // -4,
+    "int_remainder_const": lambda a, b, ia, ib, m: ia % 5, "int_neg_remainder": lambda a, b, ia, ib, m: ia % -3,
+    "int_floordiv_tensor": lambda a, b, ia, ib, m: ia // (ib.abs() + 1),
+    "int_truediv": lambda a, b, ia, ib, m: ia / 4, "int_pow": lambda a, b, ia, ib, m: ib ** 3,
+    "int_abs": lambda a, b, ia, ib, m: ia.abs(), "int_max": lambda a, b, ia, ib, m: torch.maximum(ia, ib),
+    "int_clamp": lambda a, b, ia, ib, m: ia.clamp(-5, 5), "mixed_promote": lambda a, b, ia, ib, m: ia * b + ib,
+    "int_overflow": lambda a, b, ia, ib, m: ia * 2 ** 30, "bool_sum_int": lambda a, b, ia, ib, m: m + m,
+    "to_int32": lambda a, b, ia, ib, m: (a * 10).to(torch.int32), "to_int64": lambda a, b, ia, ib, m: (b * -7.9).long(),
+    "to_float": lambda a, b, ia, ib, m: ia.float(), "to_double": lambda a, b, ia, ib, m: a.double() * 1.1,
+    "to_bool": lambda a, b, ia, ib, m: (a * 0 + ia).bool(), "bool_to_float": lambda a, b, ia, ib, m: m.float() * a,
+    "double_to_float": lambda a, b, ia, ib, m: (a.double() / 3).float(),
+    "int8_wrap": lambda a, b, ia, ib, m: ia.to(torch.int8) * 37,
+    "uint8": lambda a, b, ia, ib, m: ia.to(torch.uint8) + 250,
+}
+
+
+@pytest.fixture(scope="module")
+def binary():
+    return Batch(BINARY, A, B, IA, IB, BOOL)
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary(binary, name):
+    binary.check(name)
+
+
+R = torch.randn(6, 7, 8)
+RI = torch.randint(-50, 50, (6, 7, 8))
+REDUCTIONS = {}
+for _dim in (0, 1, 2, -1, (0, 2), None):
+    for _keep in (False, True):
+        _kw = {} if _dim is None else {"dim": _dim, "keepdim": _keep}
+        if _dim is None and _keep:
+            continue
+        tag = f"{_dim}_{'k' if _keep else 'n'}"
+        REDUCTIONS[f"sum_{tag}"] = (lambda kw: lambda x, i: x.sum(**kw))(_kw)
+        REDUCTIONS[f"mean_{tag}"] = (lambda kw: lambda x, i: x.mean(**kw))(_kw)
+        REDUCTIONS[f"amax_{tag}"] = (lambda kw: lambda x, i: x.amax(**kw) if kw else x.amax())(_kw)
+        REDUCTIONS[f"amin_int_{tag}"] = (lambda kw: lambda x, i: i.amin(**kw) if kw else i.amin())(_kw)
+        REDUCTIONS[f"var_{tag}"] = (lambda kw: lambda x, i: x.var(**kw))(_kw)
+        REDUCTIONS[f"isum_{tag}"] = (lambda kw: lambda x, i: i.sum(**kw))(_kw)
+        if not isinstance(_dim, tuple):
+            REDUCTIONS[f"argmax_{tag}"] = (lambda kw: lambda x, i: x.argmax(**kw))(_kw)
+            REDUCTIONS[f"argmin_int_{tag}"] = (lambda kw: lambda x, i: i.argmin(**kw))(_kw)
+            REDUCTIONS[f"prod_{tag}"] = (lambda kw: lambda x, i: (x * 0.3 + 1).prod(**kw))(_kw)
+            REDUCTIONS[f"any_{tag}"] = (lambda kw: lambda x, i: (x > 2).any(**kw))(_kw)
+            REDUCTIONS[f"all_{tag}"] = (lambda kw: lambda x, i: (x > -2).all(**kw))(_kw)
+REDUCTIONS.update({
+    "max_dim_values": lambda x, i: x.max(1)[0], "max_dim_indices": lambda x, i: x.max(1)[1],
+    "min_dim_values": lambda x, i: x.min(2, keepdim=True)[0], "max_all": lambda x, i: x.max(),
+    "std": lambda x, i: x.std(1), "bool_sum": lambda x, i: (x > 0).sum(1),
+    "softmax_0": lambda x, i: F.softmax(x, 0), "softmax_1": lambda x, i: F.softmax(x, 1),
+    "softmax_2": lambda x, i: F.softmax(x, -1), "log_softmax_2": lambda x, i: F.log_softmax(x, -1),
+    "log_softmax_0": lambda x, i: F.log_softmax(x, 0), "logsumexp": lambda x, i: torch.logsumexp(x, 1),
+    "layer_norm": lambda x, i: F.layer_norm(x, (8,), torch.linspace(0.5, 2, 8), torch.linspace(-1, 1, 8)),
+    "layer_norm_2d": lambda x, i: F.layer_norm(x, (7, 8)),
+    "norm": lambda x, i: torch.linalg.vector_norm(x, dim=-1),
+    "sum_dtype": lambda x, i: x.sum(-1, dtype=torch.float64),
+})
+
+
+@pytest.fixture(scope="module")
+def reductions():
+    return Batch(REDUCTIONS, R, RI)
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_reduction(reductions, name):
+    reductions.check(name)
+
+
+def test_nan_propagation():
+    x = torch.randn(4, 16)
+    x[1, 3] = float("nan")
+    x[2, 0] = float("nan")
+    y = torch.randn(4, 16)
+    y[3, 5] = float("nan")
+    ops = {
+        "amax": lambda x, y: x.amax(1), "amin": lambda x, y: x.amin(0), "max_all": lambda x, y: x.max(),
+        "argmax": lambda x, y: x.argmax(1), "argmin": lambda x, y: x.argmin(0),
+        "maximum": lambda x, y: torch.maximum(x, y), "minimum": lambda x, y: torch.minimum(y, x),
+        "clamp": lambda x, y: x.clamp(-0.1, 0.1), "relu": lambda x, y: torch.relu(y),
+        "softmax": lambda x, y: F.softmax(x, 1), "sum": lambda x, y: x.sum(0),
+    }
+    batch = Batch(ops, x, y)
+    for name in ops:
+        batch.check(name)
+
+
+V = torch.randn(4, 6, 10)
+VIEWS = {
+    "reshape_merge": lambda x: x.reshape(24, 10) + 1, "reshape_split": lambda x: (x * 2).reshape(4, 6, 2, 5),
+    "reshape_lazy_merge": lambda x: (x * 2).reshape(4, 60) - 1, "view_flat": lambda x: x.view(-1).exp(),
+    "permute": lambda x: x.permute(2, 0, 1) * 3, "permute_lazy": lambda x: (x + 1).permute(1, 2, 0).contiguous(),
+    "transpose": lambda x: x.transpose(0, 2) + x.transpose(0, 2), "t": lambda x: x[0].t() * 2,
+    "slice": lambda x: x[:, 1:5, ::3] + 1, "slice_neg": lambda x: (x * 2)[..., -4:],
+    "select": lambda x: x[:, 2] * 2, "select_lazy": lambda x: (x * 2)[1, :, -1],
+    "unsqueeze": lambda x: x.unsqueeze(1) * 2, "squeeze": lambda x: x[:, :1].squeeze(1) + 1,
+    "expand": lambda x: x[:, :1, :].expand(4, 6, 10) * x, "expand_new_dim": lambda x: x.sum(0).expand(3, 6, 10) + 0,
+    "split": lambda x: x.split(2, dim=1)[1] * 2, "chunk_lazy": lambda x: (x + 1).chunk(2, dim=-1)[1],
+    "unbind": lambda x: x.unbind(0)[2] + 1, "flatten_permuted": lambda x: x.permute(0, 2, 1).reshape(4, 60) * 2,
+    "view_as_output": lambda x: x.view(24, 10), "alias_output": lambda x: x,
+    "broadcast_3way": lambda x: x[:1, :, :1] * x[:, :1, :] + x[:1, :1, :1],
+    "cat": lambda x: torch.cat([x, x * 2], dim=1) + 1, "cumsum_extern": lambda x: torch.cumsum(x, 1) * 2,
+    "sort_extern": lambda x: torch.sort(x, -1)[0] + 1, "arange": lambda x: x + torch.arange(10),
+    "tril": lambda x: torch.tril(x), "full": lambda x: x + torch.full((10,), 2.5),
+    "flip_extern": lambda x: torch.flip(x, [2]) - x,
+}
+
+
+@pytest.fixture(scope="module")
+def views():
+    return Batch(VIEWS, V)
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_views(views, name):
+    views.check(name)
+
+
+def test_non_contiguous_inputs():
+    base = torch.randn(12, 40)
+    transposed = base.t()  # strides (1, 40)
+    sliced = base[2:10, 5:37:2]  # storage offset and step
+    expanded = torch.randn(1, 16).expand(8, 16)  # stride 0
+    ops = {
+        "t": lambda a, b, c: a * 2 + 1, "t_sum": lambda a, b, c: a.sum(1), "slice": lambda a, b, c: b.exp(),
+        "mix": lambda a, b, c: b * c + b.sum(0), "softmax_t": lambda a, b, c: F.softmax(a, -1),
+    }
+    batch = Batch(ops, transposed, sliced, expanded)
+    for name in ops:
+        batch.check(name)
+    # The compiled graph still answers correctly when called with other strides than compiled for.
+    fresh = [transposed.contiguous(), sliced.contiguous(), expanded.contiguous()]
+    for actual, expected in zip(batch.compiled(*fresh), (ops[n](*fresh) for n in ops)):
+        assert_close(actual, expected)
+
+
+def test_float64_and_int_dtypes():
+    x = torch.randn(8, 16, dtype=torch.float64)
+    i = torch.randint(-100, 100, (8, 16), dtype=torch.int64)
+    ops = {
+        "chain64": lambda x, i: (x.exp() * 2 - x.sin()).tanh(), "softmax64": lambda x, i: F.softmax(x, -1),
+        "sum64": lambda x, i: x.sum(0), "int_chain": lambda x, i: (i * 3 + 7) // 2 - i % 4,
+        "int_sum": lambda x, i: (i * i).sum(), "int_to_double": lambda x, i: i / 3 + x,
+    }
+    batch = Batch(ops, x, i)
+    for name in ops:
+        batch.check(name)
+
+
+# -- fusion -------------------------------------------------------------------------------------
+
+
+def _kernels(compiled):
+    return [s for s in compiled.steps if isinstance(s, Kernel)]
+
+
+def _externs(compiled):
+    return [s for s in compiled.steps if isinstance(s, ExternNode)]
+
+
+def _stored(compiled):
+    return set().union(*(k.stored for k in _kernels(compiled)))
+
+
+def test_pointwise_chain_fuses_into_one_loop():
+    def chain(x, y):
+        return ((x * y + 1).sin() * 0.5 - y).exp().relu() / 3
+
+    x, y = torch.randn(256, 256), torch.randn(256, 256)
+    c = compile_fn(chain, x, y)
+    assert_close(c(x, y), chain(x, y))
+    (k,) = _kernels(c)
+    assert len(k.stages) == 1 and len(k.stages[0].nodes) == 1
+    assert k.outer == (256 * 256,)  # contiguous dims collapsed into one loop
+    assert "#pragma omp parallel for simd" in c.source
+
+
+def test_softmax_is_one_kernel_with_reductions_in_registers():
+    x = torch.randn(32, 100)
+    c = compile_fn(lambda x: F.softmax(x, -1), x)
+    assert_close(c(x), F.softmax(x, -1))
+    (k,) = _kernels(c)
+    assert len(k.stages) <= 3
+    assert len(_stored(c)) == 1  # only the output goes to memory
+
+
+def test_layer_norm_and_gelu_block_is_one_kernel():
+    block = nn.Sequential(nn.LayerNorm(64), nn.GELU())
+    x = torch.randn(16, 64)
+    with torch.no_grad():
+        c = compile_fn(block, x)
+        assert_close(c(x), block(x))
+    (k,) = _kernels(c)
+    assert len(_stored(c)) == 1
+
+
+def test_reduction_with_producer_and_consumer_fused():
+    x = torch.randn(40, 50)
+
+    def f(x):
+        y = x * 2 + 1
+        return y, y.sum(-1, keepdim=True) / y.amax(-1, keepdim=True)
+
+    c = compile_fn(f, x)
+    for a, b in zip(c(x), f(x)):
+        assert_close(a, b)
+    assert len(_kernels(c)) == 1
+
+
+def test_matmul_bias_gelu_epilogue_fused_after_extern():
+    f = nn.Sequential(nn.Linear(32, 48), nn.GELU(approximate="tanh"))
+    x = torch.randn(20, 32)
+    with torch.no_grad():
+        c = compile_fn(f, x)
+        assert_close(c(x), f(x))
+    assert [e.fn for e in _externs(c)] == [torch.ops.aten.mm.default]
+    (k,) = _kernels(c)
+    assert len(k.stages[0].nodes) == 1  # bias + GELU in one loop over the mm result
+
+
+def test_common_subexpressions_and_dead_code():
+    x = torch.randn(64, 64)
+
+    def f(x):
+        unused = x.cos().sum()  # noqa: F841 (dead: never returned)
+        a = torch.sin(x) * 2
+        b = torch.sin(x) * 2  # same expression again
+        return a + b, a.sum(), b.sum()
+
+    c = compile_fn(f, x)
+    for a, b in zip(c(x), f(x)):
+        assert_close(a, b)
+    assert c.source.count("std::sin") == 1
+    assert "std::cos" not in c.source
+    assert c.source.count("_acc = 0;") == 1  # a.sum() and b.sum() are one reduction
+
+
+def test_loops_are_vectorised(cache_dir):
+    """gcc reports the inner loops of softmax (including the exp calls) as vectorised."""
+    x = torch.randn(8, 256)
+    c = compile_fn(lambda x: F.softmax(x, -1), x)
+    src = os.path.join(cache_dir, "probe.cpp")
+    with open(src, "w") as f:
+        f.write(c.source)
+    out = subprocess.run([build.compiler(), *build.FLAGS, "-fopt-info-vec-optimized", src, "-o",
+                          os.path.join(cache_dir, "probe.so"), *build.LIBS],
+                         capture_output=True, text=True, check=True).stderr
+    assert out.count("loop vectorized") >= 3, out
+
+
+# -- modules through the backend ----------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.qkv, self.proj, self.ln, self.heads = nn.Linear(d, 3 * d), nn.Linear(d, d), nn.LayerNorm(d), heads
+        self.register_buffer("mask", torch.tril(torch.ones(1, 1, 12, 12)))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.heads) ** 0.5)
+        att = att.masked_fill(self.mask == 0, float("-inf"))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return x + F.dropout(self.proj(y), 0.1, training=False)
+
+
+MODULES = {
+    "mlp": (lambda: nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)), (torch.randn(5, 32),)),
+    "attention": (Attention, (torch.randn(2, 12, 32),)),
+    "ln_gelu": (lambda: nn.Sequential(nn.LayerNorm(48), nn.GELU(), nn.Linear(48, 48), nn.Tanh()),
+                (torch.randn(3, 7, 48),)),
+    "embedding": (lambda: nn.Sequential(nn.Embedding(50, 16), nn.LayerNorm(16)),
+                  (torch.randint(0, 50, (4, 9)),)),
+    "conv": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8).eval(), nn.SiLU()),
+             (torch.randn(2, 3, 10, 10),)),
+}
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+def test_module_inference(name):
+    torch.manual_seed(1)
+    make, inputs = MODULES[name]
+    m = make().eval()
+    with torch.no_grad():
+        fn = lookup_backend("cpp")(torch.fx.symbolic_trace(m), list(inputs))
+        assert hasattr(fn, "compiled"), "fell back to eager"
+        assert_close(fn(*inputs), m(*inputs))
+
+
+def test_autograd_through_aot(monkeypatch):
+    import minidynamo.backends.cpp as cpp_backend
+
+    compiled = []
+    original = cpp_backend.compile_inference
+
+    def counting(gm, inputs):
+        fn = original(gm, inputs)
+        compiled.append(fn)
+        return fn
+
+    monkeypatch.setattr(cpp_backend, "compile_inference", counting)
+    torch.manual_seed(2)
+    m = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
+    x = torch.randn(6, 16, requires_grad=True)
+    fn = lookup_backend("cpp")(torch.fx.symbolic_trace(m), [x])
+    out = fn(x)
+    (out * torch.arange(4.0)).sum().backward()
+    grads = [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
+    x.grad = None
+    m.zero_grad()
+    ref = m(x)
+    (ref * torch.arange(4.0)).sum().backward()
+    assert_close(out.detach(), ref.detach())
+    for g, p in zip(grads, [x] + list(m.parameters())):
+        assert_close(g, p.grad)
+    # Forward and backward were both compiled by our code generator, not run eagerly.
+    assert len(compiled) == 2 and all(not isinstance(f, type(m.forward)) for f in compiled)
+
+
+def test_grad_mode_at_call_time_falls_back_to_eager():
+    m = nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        fn = lookup_backend("cpp")(torch.fx.symbolic_trace(m), [x])
+    out = fn(x)  # grad mode on now, parameters require grad
+    out.sum().backward()
+    assert m.weight.grad is not None
+
+
+def test_non_tensor_inputs_fall_back():
+    gm = torch.fx.symbolic_trace(lambda x, n: x * n)
+    fn = lookup_backend("cpp")(gm, [torch.randn(3), 2])
+    assert fn == gm.forward
+
+
+def test_input_mutation_falls_back_to_eager():
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    x = torch.zeros(4)
+    fn = lookup_backend("cpp")(torch.fx.symbolic_trace(f), [x.clone()])
+    out = fn(x)
+    assert torch.equal(x, torch.ones(4)) and torch.equal(out, torch.full((4,), 2.0))
+
+
+# -- kernel cache -------------------------------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import json, sys, torch
+    import minidynamo.config
+    from minidynamo.codegen import build, compile_graph
+    minidynamo.config.cache_dir = sys.argv[1]
+    def f(x):
+        return (x.exp() + 1).log() * x.sum(-1, keepdim=True)
+    x = torch.linspace(-2, 2, 600).reshape(20, 30)
+    c = compile_graph(torch.fx.symbolic_trace(f), [x])
+    ok = torch.allclose(c(x), f(x), rtol=1e-5, atol=1e-6)
+    print(json.dumps(dict(build.stats, ok=ok)))
+""")
+
+
+def run_child(cache_dir, env=None):
+    proc = subprocess.run([sys.executable, "-c", CHILD, cache_dir], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    import json
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def no_compile_cxx(tmp_path):
+    """A CXX that answers version queries like g++ but refuses to compile anything."""
+    script = tmp_path / "g++-nocompile"
+    script.write_text("#!/bin/sh\ncase \"$*\" in *.cpp*) echo 'compiling is disabled' >&2; exit 1;; esac\n"
+                      f"exec {build.compiler()} \"$@\"\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_second_process_loads_from_disk_without_compiling(tmp_path, no_compile_cxx):
+    cache = str(tmp_path / "cache")
+    first = run_child(cache)
+    assert first["ok"] and first["compiles"] == 1 and first["disk_hits"] == 0
+    second = run_child(cache, {"CXX": no_compile_cxx})
+    assert second["ok"] and second["compiles"] == 0 and second["disk_hits"] == 1
+
+
+def test_corrupt_cache_entry_is_rebuilt(tmp_path, no_compile_cxx):
+    cache = str(tmp_path / "cache")
+    assert run_child(cache)["compiles"] == 1
+    (so,) = [os.path.join(cache, "cpp", f) for f in os.listdir(os.path.join(cache, "cpp")) if f.endswith(".so")]
+    with open(so, "r+b") as f:
+        f.truncate(os.path.getsize(so) // 2)
+    # With compilation disabled the truncated library must be rejected, never loaded.
+    proc = subprocess.run([sys.executable, "-c", CHILD, cache], capture_output=True, text=True,
+                          env={**os.environ, "CXX": no_compile_cxx}, cwd=ROOT)
+    assert proc.returncode != 0 and "compiling is disabled" in proc.stderr
+    rebuilt = run_child(cache)
+    assert rebuilt["ok"] and rebuilt["rejected"] == 1 and rebuilt["compiles"] == 1
+    assert run_child(cache, {"CXX": no_compile_cxx})["disk_hits"] == 1
+
+
+def test_in_memory_cache_reuses_library():
+    x = torch.randn(10, 10)
+    before = dict(build.stats)
+    compile_fn(lambda x: x * 2 + 1, x)
+    compile_fn(lambda x: x * 2 + 1, x)
+    assert build.stats["memory_hits"] == before["memory_hits"] + 1
+    assert build.stats["compiles"] + build.stats["disk_hits"] == before["compiles"] + before["disk_hits"] + 1
