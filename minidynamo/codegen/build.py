@@ -19,7 +19,8 @@ from typing import Dict
 
 from .. import config
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC",
+         "-std=c++17",
          # torch never sets errno or traps; dropping both lets gcc vectorise sqrt and selects.
          "-fno-math-errno", "-fno-trapping-math",
          # torch integer arithmetic wraps on overflow; make that defined behaviour in C++ too.

@@ -72,6 +72,38 @@ template <typename T> static inline T md_fmod(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) return std::fmod(a, b); else return a % b;
 }
 template <typename T> static inline T md_sign(T a) { return T((T(0) < a) - (a < T(0))); }
+// float32 exp and tanh written out so gcc inlines and vectorises them at full vector width
+// (glibc's vector tanhf falls back to scalar calls).
+static inline float md_pow2i(int32_t k) { return __builtin_bit_cast(float, (k + 127) << 23); }
+static inline float md_expf(float x) {
+  // Cephes-style: exp(x) = 2^n * exp(r), |r| <= ln2/2, degree-6 polynomial; about 1 ulp.
+  float xc = x > 88.8f ? 88.8f : x;
+  xc = xc < -104.0f ? -104.0f : xc;
+  float n = std::nearbyint(xc * 1.44269504088896341f);
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t k = static_cast<int32_t>(n);
+  int32_t k1 = k >> 1;
+  // Two scalings keep 2^k representable for the full range (denormal results, k = 128).
+  return p * md_pow2i(k1) * md_pow2i(k - k1);
+}
+static inline float md_tanhf(float x) {
+  float ax = std::abs(x);
+  float z = x * x;
+  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+                 + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  float e = md_expf(2.0f * (ax > 44.f ? 44.f : ax));
+  float big = 1.0f - 2.0f / (e + 1.0f);
+  big = std::copysign(big, x);
+  return ax < 0.625f ? small : (x != x ? x : big);
+}
 """
 
 _BINARY_INFIX = {
@@ -89,6 +121,9 @@ _UNARY = {
     "rsqrt": "({t}(1) / std::sqrt({0}))", "sigmoid": "({t}(1) / ({t}(1) + std::exp(-{0})))",
     "reciprocal": "({t}(1) / {0})", "frac": "({0} - std::trunc({0}))", "round": "std::nearbyint({0})",
 }
+
+_FLOAT_INLINE = {"exp": "md_expf({0})", "tanh": "md_tanhf({0})",
+                 "sigmoid": "(1.0f / (1.0f + md_expf(-{0})))"}
 
 _PARALLEL_MIN_WORK = 32768
 
@@ -202,6 +237,13 @@ class KernelEmitter:
             return f"static_cast<{t}>({args[0]})"
         if n == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"
+        if n == "truediv" and e.dtype.is_floating_point and self.loop is not None \
+                and not isinstance(e.args[1], Const) \
+                and self.level(e.args[1]) == 0 and self.level(e.args[0]) == 1:
+            # Loop-invariant divisor: one division per row, a multiply per element (as eager's
+            # softmax does); differs from division by at most an ulp.
+            recip = self.value(Op("truediv", (Const(1.0, e.dtype), e.args[1]), e.dtype))
+            return f"({args[0]} * {recip})"
         if n in _BINARY_INFIX:
             return f"({args[0]} {_BINARY_INFIX[n]} {args[1]})"
         if n in _HELPERS:
@@ -209,6 +251,8 @@ class KernelEmitter:
         if n in _UNARY:
             return _UNARY[n].format(args[0], t=t)
         assert n in UNARY_MATH, n
+        if e.dtype == torch.float32 and n in _FLOAT_INLINE:
+            return _FLOAT_INLINE[n].format(args[0])
         return f"std::{n}({args[0]})"
 
     # -- kernel ------------------------------------------------------------------------------
@@ -234,10 +278,11 @@ class KernelEmitter:
             par_dims = n - 1 if pure and n > 1 else n
             for d, size in enumerate(k.outer):
                 pragma = ""
+                # Never the combined "parallel for simd": gcc then keeps every temporary in
+                # per-lane arrays in memory (10x slower); plain loops auto-vectorise.
                 if d == 0 and parallel and par_dims:
-                    simd = " simd" if pure and n == 1 else ""
                     collapse = f" collapse({par_dims})" if par_dims > 1 else ""
-                    pragma = (f"#pragma omp parallel for{simd}{collapse} num_threads(nthreads) "
+                    pragma = (f"#pragma omp parallel for{collapse} num_threads(nthreads) "
                               "if(nthreads > 1) schedule(static)")
                 if d == n - 1 and pure and not pragma:
                     pragma = "#pragma omp simd"
@@ -278,10 +323,10 @@ class KernelEmitter:
         clause = "".join(f" reduction({c})" for c in clauses)
         for d, size in enumerate(stage.inner):
             pragma = ""
-            if d == 0 and parallel and not serial:
-                simd = " simd" if len(stage.inner) == 1 else ""
-                pragma = (f"#pragma omp parallel for{simd}{clause} num_threads(nthreads) "
-                          "if(nthreads > 1) schedule(static)")
+            # Large full reductions were split into row reductions by the lowering, so only
+            # pointwise stages of scalar-outer kernels run their inner loop in parallel.
+            if d == 0 and parallel and not reductions:
+                pragma = "#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
             elif d == len(stage.inner) - 1 and not serial:
                 pragma = f"#pragma omp simd{clause}"
             loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{"))
@@ -309,8 +354,9 @@ class KernelEmitter:
             return ([f"{'+' if kind == 'sum' else '*'}:{acc}"],
                     [f"{t_out} {res} = static_cast<{t_out}>({acc});"], False)
         if kind in ("any", "all"):
-            lines.append(f"bool {acc} = {'false' if kind == 'any' else 'true'};")
-            return [f"{'|' if kind == 'any' else '&'}:{acc}"], [f"bool {res} = {acc};"], False
+            # int, not bool: gcc vectorises int or/and reductions far better.
+            lines.append(f"int {acc} = {0 if kind == 'any' else 1};")
+            return [f"{'|' if kind == 'any' else '&'}:{acc}"], [f"bool {res} = {acc} != 0;"], False
         is_max = kind in ("max", "argmax")
         init = (f"-std::numeric_limits<{t_src}>::infinity()" if floating and is_max else
                 f"std::numeric_limits<{t_src}>::infinity()" if floating else
@@ -321,7 +367,7 @@ class KernelEmitter:
             clauses = [f"{kind}:{acc}"]
             final = f"{t_out} {res} = {acc};"
             if floating:
-                lines.append(f"bool {acc}_nan = false;")
+                lines.append(f"int {acc}_nan = 0;")
                 clauses.append(f"|:{acc}_nan")
                 final = (f"{t_out} {res} = {acc}_nan ? "
                          f"std::numeric_limits<{t_out}>::quiet_NaN() : {acc};")

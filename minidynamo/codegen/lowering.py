@@ -178,13 +178,27 @@ class GraphLowering:
                 return Lazy(out_size, dtype, lambda i: Const(0, dtype))
             src = v
             return Lazy(out_size, dtype, lambda i: cast(src.load(_unreduce(i, nd, dims, keepdim)), dtype))
-        key = ("red", kind, tuple(outer), tuple(inner), body, dtype)
+        if not outer and kind in _SPLITTABLE and _numel(inner) >= _SPLIT_MIN_NUMEL:
+            split = _split_inner(tuple(inner))
+            if split is not None:
+                # One long serial reduction becomes rows of partial results (parallel, and each
+                # row vectorised) plus a short reduction over the partials.
+                new_outer, new_inner, env = split
+                partial = self._reduction_node(kind, new_outer, new_inner,
+                                               body.map(lambda ix: ix.subst(env)), dtype)
+                total = self.reduce(partial, range(len(new_outer)), kind, dtype, False)
+                return Lazy(out_size, dtype, lambda i: total.load(()))
+        name = self._reduction_node(kind, tuple(outer), tuple(inner), body, dtype).buffer
+        return Strided(out_size, dtype, name, contiguous_strides(out_size), 0)
+
+    def _reduction_node(self, kind: str, outer, inner, body: Expr, dtype) -> Strided:
+        key = ("red", kind, outer, inner, body, dtype)
         name = self._cse.get(key)
         if name is None:
-            name = self.add_buffer("buf", tuple(outer), contiguous_strides(tuple(outer)), dtype)
-            self.nodes.append(ReductionNode(name, kind, tuple(outer), tuple(inner), body, dtype))
+            name = self.add_buffer("buf", outer, contiguous_strides(outer), dtype)
+            self.nodes.append(ReductionNode(name, kind, outer, inner, body, dtype))
             self._cse[key] = name
-        return Strided(out_size, dtype, name, contiguous_strides(out_size), 0)
+        return Strided(outer, dtype, name, contiguous_strides(outer), 0)
 
     def extern(self, node: torch.fx.Node, args, kwargs) -> Any:
         reads: List[str] = []
@@ -262,6 +276,32 @@ class GraphLowering:
                 stride = None
             s = self.realize(v, stride)
             self.outputs.append(OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset))
+
+
+_SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
+_SPLIT_MIN_NUMEL = 65536
+
+
+def _numel(sizes) -> int:
+    n = 1
+    for s in sizes:
+        n *= s
+    return n
+
+
+def _split_inner(inner: Tuple[int, ...]):
+    """(outer, inner, substitution) turning reduction dims into partial-result rows, or None."""
+    for k in range(1, len(inner)):
+        if _numel(inner[:k]) >= 16 and _numel(inner[k:]) >= 256:
+            env = {inner_var(j): Index.var(outer_var(j)) for j in range(k)}
+            env.update({inner_var(j): Index.var(inner_var(j - k)) for j in range(k, len(inner))})
+            return inner[:k], inner[k:], env
+    if len(inner) == 1:
+        for row in (4096, 2048, 1024, 8192, 512, 16384, 256):
+            if inner[0] % row == 0 and inner[0] // row >= 16:
+                env = {inner_var(0): Index.var(outer_var(0)) * row + Index.var(inner_var(0))}
+                return (inner[0] // row,), (row,), env
+    return None
 
 
 @dataclass(frozen=True)
