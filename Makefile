@@ -1,0 +1,38 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both set everything up first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.deps-stamp
+EXT_STAMP := minidynamo/.ext-stamp
+CSRC := $(wildcard csrc/*.c csrc/*.h)
+# Torch is pinned so pip takes the CPU wheel from local disk instead of resolving a CUDA build.
+TORCH_PIN := torch==2.13.0
+
+.PHONY: setup build demo test bench clean
+
+setup: $(STAMP) $(EXT_STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIN)
+	$(PY) -m pip install -q numpy pytest bytecode setuptools wheel
+	touch $@
+
+$(EXT_STAMP): $(STAMP) $(CSRC) setup.py
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	$(PY) setup.py -q build_ext --inplace
+	touch $@
+
+build: setup
+
+demo: setup
+	$(PY) -m minidynamo.demo
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf build *.egg-info minidynamo/_C*.so $(EXT_STAMP)

@@ -1,0 +1,372 @@
+/* The PEP 523 hook, the thread-local callback and the Python-facing module.
+ *
+ * Callback per thread: NULL (None) = off, Py_False = run cached code only,
+ * a callable = compile on a miss. The hook is installed only while some thread has a
+ * callback, since any installed hook slows every Python call in the process. */
+#include "minidynamo.h"
+
+static _Thread_local PyObject *tls_callback = NULL; /* strong reference or NULL */
+static _Thread_local int tls_busy = 0;             /* inside a callback or guard check */
+static int n_active_threads = 0;
+static _PyFrameEvalFunction previous_eval = NULL;
+static int cache_size_limit = 8;
+static int lookup_depth = 0;
+
+static struct {
+    unsigned long long frames, hits, misses, compiles, skips, limit_hits;
+} stats;
+
+static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag);
+
+static void ensure_installed(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+    if (current != custom_eval) {
+        previous_eval = current;
+        _PyInterpreterState_SetEvalFrameFunc(interp, custom_eval);
+    }
+}
+
+static void uninstall(void)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == custom_eval)
+        _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval);
+}
+
+/* ---- the hook ---- */
+
+/* Returns the first entry whose check_fn accepts the frame, moved to the front.
+ * NULL with *error set when a check_fn raised. */
+static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, int *error)
+{
+    PyObject *locals = frame_locals(f);
+    if (locals == NULL) {
+        *error = 1;
+        return NULL;
+    }
+    CacheEntry *prev = NULL, *found = NULL;
+    lookup_depth++;
+    for (CacheEntry *e = extra->head; e != NULL; prev = e, e = e->next) {
+        PyObject *r = PyObject_CallOneArg(e->check_fn, locals);
+        int ok = r == NULL ? -1 : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+        if (ok < 0) {
+            *error = 1;
+            break;
+        }
+        if (ok) {
+            cache_move_to_front(extra, prev, e);
+            found = e;
+            break;
+        }
+    }
+    lookup_depth--;
+    Py_DECREF(locals);
+    return found;
+}
+
+static int warn_cache_limit(CodeExtra *extra, PyCodeObject *code)
+{
+    stats.limit_hits++;
+    if (extra->warned_limit)
+        return 0;
+    extra->warned_limit = 1;
+    tls_busy = 1;
+    int rc = PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                            "minidynamo: function '%U' (%U:%d) reached the cache size limit "
+                            "(%d entries); it now runs without compiling",
+                            code->co_qualname, code->co_filename, code->co_firstlineno,
+                            cache_size_limit);
+    tls_busy = 0;
+    return rc;
+}
+
+/* Installs the callback's GuardedCode (an object with .code and .check_fn) as a new entry. */
+static CacheEntry *install_entry(PyCodeObject *code, PyObject *guarded)
+{
+    PyObject *new_code = PyObject_GetAttrString(guarded, "code");
+    PyObject *check_fn = new_code ? PyObject_GetAttrString(guarded, "check_fn") : NULL;
+    PyObject *flat = NULL;
+    CacheEntry *entry = NULL;
+    Py_ssize_t nargs = 0;
+    if (check_fn == NULL)
+        goto done;
+    if (!PyCallable_Check(check_fn)) {
+        PyErr_SetString(PyExc_TypeError, "GuardedCode.check_fn must be callable");
+        goto done;
+    }
+    flat = code_flatten(code, new_code, &nargs);
+    if (flat == NULL || cache_set_skip((PyCodeObject *)flat, SKIP_ALWAYS) < 0)
+        goto done;
+    CodeExtra *extra = cache_get_or_create(code);
+    if (extra == NULL || cache_prepend(extra, check_fn, flat, nargs) < 0)
+        goto done;
+    entry = extra->head;
+done:
+    Py_XDECREF(flat);
+    Py_XDECREF(check_fn);
+    Py_XDECREF(new_code);
+    return entry;
+}
+
+static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *f, PyObject *callback)
+{
+    PyCodeObject *code = frame_code(f);
+    PyObject *info = frame_info(f);
+    if (info == NULL)
+        return NULL;
+    stats.compiles++;
+    Py_INCREF(callback);
+    tls_busy = 1;
+    PyObject *guarded = PyObject_CallOneArg(callback, info);
+    tls_busy = 0;
+    Py_DECREF(callback);
+    Py_DECREF(info);
+    if (guarded == NULL)
+        return NULL;
+    if (guarded == Py_None) {
+        Py_DECREF(guarded);
+        stats.skips++;
+        if (cache_set_skip(code, SKIP_UNTIL_RESET) < 0)
+            return NULL;
+        return previous_eval(ts, f, 0);
+    }
+    CacheEntry *entry = install_entry(code, guarded);
+    Py_DECREF(guarded);
+    return entry == NULL ? NULL : frame_call_entry(entry, f);
+}
+
+static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
+{
+    PyObject *callback = tls_callback;
+    if (callback == NULL || tls_busy || throwflag)
+        return previous_eval(ts, f, throwflag);
+    PyCodeObject *code = frame_code(f);
+    CodeExtra *extra = cache_lookup(code);
+    if ((extra != NULL && extra->skip != SKIP_NONE) || !frame_is_convertible(f))
+        return previous_eval(ts, f, throwflag);
+
+    stats.frames++;
+    if (extra != NULL && extra->head != NULL) {
+        int error = 0;
+        tls_busy = 1;
+        CacheEntry *hit = find_entry(extra, f, &error);
+        tls_busy = 0;
+        if (error)
+            return NULL;
+        if (hit != NULL) {
+            stats.hits++;
+            return frame_call_entry(hit, f);
+        }
+    }
+    stats.misses++;
+    if (callback == Py_False)
+        return previous_eval(ts, f, throwflag);
+    if (extra != NULL && extra->n_entries >= cache_size_limit) {
+        if (warn_cache_limit(extra, code) < 0)
+            return NULL;
+        return previous_eval(ts, f, throwflag);
+    }
+    return compile_and_run(ts, f, callback);
+}
+
+/* ---- module functions ---- */
+
+PyObject *callback_swap(PyObject *callback)
+{
+    PyObject *previous = tls_callback;
+    int was_active = previous != NULL;
+    tls_callback = callback;
+    if (callback != NULL) {
+        if (!was_active)
+            n_active_threads++;
+        ensure_installed();
+    } else if (was_active && --n_active_threads == 0) {
+        uninstall();
+    }
+    return previous;
+}
+
+int callback_check(PyObject *callback)
+{
+    if (callback != Py_None && callback != Py_False && !PyCallable_Check(callback)) {
+        PyErr_SetString(PyExc_TypeError, "callback must be None, False or callable");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *set_eval_frame(PyObject *self, PyObject *callback)
+{
+    if (callback_check(callback) < 0)
+        return NULL;
+    PyObject *previous = callback_swap(callback == Py_None ? NULL : Py_NewRef(callback));
+    return previous != NULL ? previous : Py_NewRef(Py_None);
+}
+
+static PyObject *get_eval_frame(PyObject *self, PyObject *unused)
+{
+    return Py_NewRef(tls_callback != NULL ? tls_callback : Py_None);
+}
+
+static PyObject *hook_installed(PyObject *self, PyObject *unused)
+{
+    PyInterpreterState *interp = PyInterpreterState_Get();
+    return PyBool_FromLong(_PyInterpreterState_GetEvalFrameFunc(interp) == custom_eval);
+}
+
+static PyCodeObject *code_arg(PyObject *obj)
+{
+    if (!PyCode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "expected a code object, not %.100s", Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return (PyCodeObject *)obj;
+}
+
+static PyObject *skip_code(PyObject *self, PyObject *obj)
+{
+    PyCodeObject *code = code_arg(obj);
+    if (code == NULL || cache_set_skip(code, SKIP_ALWAYS) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *is_skipped(PyObject *self, PyObject *obj)
+{
+    PyCodeObject *code = code_arg(obj);
+    if (code == NULL)
+        return NULL;
+    CodeExtra *extra = cache_lookup(code);
+    return PyBool_FromLong(extra != NULL && extra->skip != SKIP_NONE);
+}
+
+static PyObject *get_cache_entries(PyObject *self, PyObject *obj)
+{
+    PyCodeObject *code = code_arg(obj);
+    if (code == NULL)
+        return NULL;
+    PyObject *result = PyList_New(0);
+    CodeExtra *extra = cache_lookup(code);
+    if (result == NULL || extra == NULL)
+        return result;
+    for (CacheEntry *e = extra->head; e != NULL; e = e->next) {
+        PyObject *pair = PyTuple_Pack(2, e->check_fn, e->code);
+        if (pair == NULL || PyList_Append(result, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(result);
+            return NULL;
+        }
+        Py_DECREF(pair);
+    }
+    return result;
+}
+
+static int refuse_during_lookup(void)
+{
+    if (lookup_depth > 0) {
+        PyErr_SetString(PyExc_RuntimeError, "minidynamo: caches cannot be cleared from a guard");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *clear_cache(PyObject *self, PyObject *obj)
+{
+    PyCodeObject *code = code_arg(obj);
+    if (code == NULL || refuse_during_lookup() < 0)
+        return NULL;
+    CodeExtra *extra = cache_lookup(code);
+    if (extra != NULL)
+        cache_clear(extra);
+    Py_RETURN_NONE;
+}
+
+static PyObject *reset(PyObject *self, PyObject *unused)
+{
+    if (refuse_during_lookup() < 0)
+        return NULL;
+    cache_reset_all();
+    Py_RETURN_NONE;
+}
+
+static PyObject *drop_function_caches(PyObject *self, PyObject *unused)
+{
+    if (cache_drop_functions() < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *set_cache_size_limit(PyObject *self, PyObject *arg)
+{
+    long limit = PyLong_AsLong(arg);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (limit < 0 || limit > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "cache size limit must be a non-negative int");
+        return NULL;
+    }
+    cache_size_limit = (int)limit;
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_cache_size_limit(PyObject *self, PyObject *unused)
+{
+    return PyLong_FromLong(cache_size_limit);
+}
+
+static PyObject *get_stats(PyObject *self, PyObject *unused)
+{
+    Py_ssize_t extras, entries;
+    cache_live_counts(&extras, &entries);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:n}", "frames", stats.frames, "hits",
+                         stats.hits, "misses", stats.misses, "compiles", stats.compiles, "skips",
+                         stats.skips, "limit_hits", stats.limit_hits, "live_code_extras", extras,
+                         "live_entries", entries);
+}
+
+static PyObject *reset_stats(PyObject *self, PyObject *unused)
+{
+    memset(&stats, 0, sizeof(stats));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"set_eval_frame", set_eval_frame, METH_O,
+     "Set this thread's callback (None, False or callable); returns the previous one."},
+    {"get_eval_frame", get_eval_frame, METH_NOARGS, "This thread's callback."},
+    {"hook_installed", hook_installed, METH_NOARGS, "Whether the eval-frame hook is installed."},
+    {"skip_code", skip_code, METH_O, "Never convert frames of this code object."},
+    {"is_skipped", is_skipped, METH_O, "Whether frames of this code object are never converted."},
+    {"get_cache_entries", get_cache_entries, METH_O,
+     "The (check_fn, code) cache entries of a code object, most recently used first."},
+    {"clear_cache", clear_cache, METH_O, "Drop the cache entries of one code object."},
+    {"reset", reset, METH_NOARGS, "Drop every cache entry and every skip mark made by callbacks."},
+    {"drop_function_caches", drop_function_caches, METH_NOARGS,
+     "Release the function objects cached on entries (rebuilt on demand)."},
+    {"set_cache_size_limit", set_cache_size_limit, METH_O, "Entries per code object."},
+    {"get_cache_size_limit", get_cache_size_limit, METH_NOARGS, "Entries per code object."},
+    {"stats", get_stats, METH_NOARGS, "Counters of the hook."},
+    {"reset_stats", reset_stats, METH_NOARGS, "Zero the counters of the hook."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "minidynamo._C",
+                                        "minidynamo's eval-frame hook and code cache.", -1,
+                                        methods};
+
+PyMODINIT_FUNC PyInit__C(void)
+{
+    if (cache_init() < 0)
+        return NULL;
+    PyObject *module = PyModule_Create(&module_def);
+    if (module == NULL)
+        return NULL;
+    if (frame_init_types(module) < 0 || wrapper_init_type(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

@@ -1,0 +1,16 @@
+"""minidynamo: a PEP 523 frame-evaluation JIT for PyTorch."""
+from . import config
+from .backends import list_backends, lookup_backend, register_backend
+from .eval_frame import GuardedCode, disable, optimize_with_callback, reset, run
+
+__all__ = [
+    "GuardedCode",
+    "config",
+    "disable",
+    "list_backends",
+    "lookup_backend",
+    "optimize_with_callback",
+    "register_backend",
+    "reset",
+    "run",
+]

@@ -1,0 +1,28 @@
+"""Runtime configuration. Change attributes directly: `minidynamo.config.cache_size_limit = 4`."""
+import os
+import sys
+import types
+
+from . import _C
+
+# Re-raise internal compile errors instead of falling back to eager (for our own tests).
+strict: bool = os.environ.get("MINIDYNAMO_STRICT", "") == "1"
+# Directory for compiled kernels (cpp/triton backends).
+cache_dir: str = os.environ.get(
+    "MINIDYNAMO_CACHE_DIR",
+    os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "minidynamo"),
+)
+
+
+class _ConfigModule(types.ModuleType):
+    @property
+    def cache_size_limit(self) -> int:
+        """Entries per code object before it runs unconverted (with one warning). Default 8."""
+        return _C.get_cache_size_limit()
+
+    @cache_size_limit.setter
+    def cache_size_limit(self, value: int) -> None:
+        _C.set_cache_size_limit(value)
+
+
+sys.modules[__name__].__class__ = _ConfigModule

@@ -1,0 +1,103 @@
+"""Python side of the eval-frame hook: contexts and decorators that set this thread's callback.
+
+The callback protocol (see csrc/eval_frame.c): `callback(frame: _C.FrameInfo)` returns a
+`GuardedCode` to cache and run, or None to never convert that code again (until `reset()`).
+Setting the callback to `False` runs cached code without compiling anything new.
+"""
+from __future__ import annotations
+
+import functools
+import gc
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Union
+
+from . import _C
+
+FrameCallback = Union[None, bool, Callable[[Any], Optional["GuardedCode"]]]
+
+
+@dataclass(frozen=True)
+class GuardedCode:
+    """A cache entry: run `code` in place of the frame's code when `check_fn(f_locals)` is true."""
+
+    code: types.CodeType
+    check_fn: Callable[[Dict[str, Any]], bool]
+
+
+class _CallbackContext:
+    """Sets this thread's eval-frame callback inside a `with` block or around each call."""
+
+    def __init__(self, callback: FrameCallback) -> None:
+        self.callback = callback
+        self._saved: List[FrameCallback] = []
+
+    def __enter__(self) -> "_CallbackContext":
+        self._saved.append(_C.set_eval_frame(self.callback))
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        _C.set_eval_frame(self._saved.pop())
+
+    def __call__(self, fn: Callable) -> Callable:
+        wrapper = _C.CallbackWrapper(fn, self.callback)
+        functools.update_wrapper(wrapper, fn)
+        return wrapper
+
+
+def optimize_with_callback(callback: Callable[[Any], Optional[GuardedCode]]) -> _CallbackContext:
+    """Convert frames with a raw frame callback (the low-level form of `optimize`)."""
+    if not callable(callback):
+        raise TypeError(f"callback must be callable, got {callback!r}")
+    return _CallbackContext(callback)
+
+
+def run(fn: Optional[Callable] = None) -> Union[_CallbackContext, Callable]:
+    """Run code already in the cache, compiling nothing new."""
+    context = _CallbackContext(False)
+    return context(fn) if fn is not None else context
+
+
+def disable(fn: Optional[Callable] = None) -> Union[_CallbackContext, Callable]:
+    """Run `fn` (or a `with` block) with no conversion at all."""
+    context = _CallbackContext(None)
+    return context(fn) if fn is not None else context
+
+
+def is_disabled(fn: Any) -> bool:
+    return isinstance(fn, _C.CallbackWrapper) and fn.callback is None
+
+
+def reset() -> None:
+    """Drop every compiled entry, so that every function compiles afresh on its next call."""
+    _C.reset()
+    _C.reset_stats()
+
+
+def _on_gc(phase: str, info: Dict[str, int]) -> None:
+    if phase == "start" and info.get("generation") == 2:
+        _C.drop_function_caches()
+
+
+def skip_code_recursively(code: types.CodeType) -> None:
+    """Never convert `code` or the functions nested in it."""
+    _C.skip_code(code)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            skip_code_recursively(const)
+
+
+def skip_module(namespace: Dict[str, Any]) -> None:
+    """Never convert the functions and methods defined in a module of this library."""
+    for value in list(namespace.values()):
+        members = vars(value).values() if isinstance(value, type) else [value]
+        for member in members:
+            member = getattr(member, "fget", member)
+            code = getattr(getattr(member, "__func__", member), "__code__", None)
+            if isinstance(code, types.CodeType):
+                skip_code_recursively(code)
+
+
+# Library frames can run while a callback is set (context managers, gc callbacks).
+skip_module(globals())
+gc.callbacks.append(_on_gc)
