@@ -126,6 +126,8 @@ _FLOAT_INLINE = {"exp": "md_expf({0})", "tanh": "md_tanhf({0})",
                  "sigmoid": "(1.0f / (1.0f + md_expf(-{0})))"}
 
 _PARALLEL_MIN_WORK = 32768
+_EXPENSIVE = frozenset(UNARY_MATH) - {"floor", "ceil", "trunc", "round", "frac", "reciprocal"} | {"pow", "atan2"}
+_SPILL_MAX = 16384  # elements of a row array (64 KiB of float32), kept on the thread's stack
 
 
 def literal(value, dtype: torch.dtype) -> str:
@@ -176,10 +178,31 @@ class KernelEmitter:
         self.outer: Scope = Scope([], 0)
         self.loop: Optional[Scope] = None
         self._levels: Dict[Expr, int] = {}  # per stage: 1 if the value varies in the inner loop
+        self.spills = self._plan_spills()
+        self.flat = ""  # flat inner-loop position of the current stage
 
     def new_var(self, prefix: str = "tmp") -> str:
         self.counter += 1
         return f"{prefix}{self.counter}"
+
+    def _plan_spills(self) -> Dict[Expr, Tuple[str, int, set]]:
+        """Expensive values needed by several inner loops of one row (softmax's exp) are computed
+        once into a thread-local row array instead of being recomputed."""
+        stages_of: Dict[Expr, List[int]] = {}
+        for i, st in enumerate(self.k.stages):
+            if st.inner is None or _numel(st.inner) > _SPILL_MAX:
+                continue
+            found = {e for kn in st.nodes for e in kn.body.walk()
+                     if isinstance(e, Op) and e.name in _EXPENSIVE and _varies_inner(e)}
+            for e in found:
+                stages_of.setdefault(e, []).append(i)
+        spills = {}
+        for e, stages in stages_of.items():
+            first = stages[0]
+            later = {s for s in stages[1:] if self.k.stages[s].inner == self.k.stages[first].inner}
+            if later:
+                spills[e] = (f"row{len(spills)}", first, later)
+        return spills
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -218,9 +241,13 @@ class KernelEmitter:
         hit = scope.cache.get(e)
         if hit is not None:
             return hit
-        code = self._code(e)
+        spill = self.spills.get(e) if self.loop is not None else None
+        reuse = spill is not None and self.stage_index in spill[2]
+        code = f"{spill[0]}[{self.flat}]" if reuse else self._code(e)
         name = self.new_var()
         scope.lines.append(f"{CTYPES[e.dtype]} {name} = {code};")
+        if spill is not None and self.stage_index == spill[1]:
+            scope.lines.append(f"{spill[0]}[{self.flat}] = {name};")
         scope.cache[e] = name
         return name
 
@@ -306,6 +333,10 @@ class KernelEmitter:
 
     def _loop_stage(self, stage: Stage, parallel: bool) -> None:
         self.loop = Scope([], 1)
+        self.flat = index_code(_flat_inner(stage.inner))
+        for e, (name, first, _) in self.spills.items():
+            if first == self.stage_index:
+                self.outer.lines.append(f"alignas(64) {CTYPES[e.dtype]} {name}[{_numel(stage.inner)}];")
         reductions = [kn for kn in stage.nodes if kn.is_reduction]
         clauses, finals = [], []
         serial = False
@@ -402,6 +433,11 @@ class KernelEmitter:
             if floating:
                 cond += f" || ({v} != {v} && {acc} == {acc})"
             lines.append(f"if ({cond}) {{ {acc} = {v}; {acc}_idx = {flat}; }}")
+
+
+def _varies_inner(e: Expr) -> bool:
+    return any(isinstance(n, (Load, IndexValue)) and any(v.startswith("r") for v in n.index.vars())
+               for n in e.walk())
 
 
 def _flat_inner(inner: Tuple[int, ...]) -> Index:
