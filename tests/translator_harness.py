@@ -1,0 +1,338 @@
+"""Shared harness for the translator test suite (tests/test_translator_*.py).
+
+The suite targets minidynamo's public API, which mirrors torch._dynamo's.  Setting the environment
+variable ``MINIDYNAMO_TEST_REFERENCE=torch`` runs the very same tests against ``torch._dynamo`` as a
+reference implementation, which is how the tests themselves are validated.
+
+Everything that differs between the two targets lives here:
+  * ``optimize`` / ``reset`` / ``explain`` / ``CompileCounter``
+  * ``compile_module``: the one place deciding how an nn.Module is compiled
+    (``MINIDYNAMO_TEST_MODULE_FORM`` = ``module`` (default) | ``forward`` | ``wrapper``)
+  * guard accessors that normalise torch's guard kind names to minidynamo's vocabulary.
+"""
+import math
+import os
+import re
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
+
+import pytest
+import torch
+
+REFERENCE = os.environ.get("MINIDYNAMO_TEST_REFERENCE", "").strip().lower() == "torch"
+MODULE_FORM = os.environ.get("MINIDYNAMO_TEST_MODULE_FORM", "module").strip().lower()
+
+if REFERENCE:
+    import torch._dynamo as _dynamo
+    import torch._dynamo.config as _dynamo_config
+    from torch._dynamo.testing import CompileCounter
+
+    # minidynamo specialises on shapes and on int/float values; make the reference do the same so
+    # graph counts agree (a new shape or a new scalar value is a recompile, never a dynamic graph).
+    _dynamo_config.automatic_dynamic_shapes = False
+    _dynamo_config.assume_static_by_default = True
+    _dynamo_config.specialize_float = True
+    _dynamo_config.specialize_int = True
+else:
+    import minidynamo as _dynamo
+    from minidynamo.testing import CompileCounter
+
+__all__ = [
+    "REFERENCE",
+    "MODULE_FORM",
+    "CompileCounter",
+    "Args",
+    "optimize",
+    "reset",
+    "explain",
+    "compile_fn",
+    "compile_module",
+    "assert_same",
+    "assert_equal",
+    "clone_inputs",
+    "guard_kinds",
+    "guard_names",
+    "has_guard",
+    "assert_guard",
+    "MODULE_GUARD_KINDS",
+    "OBJECT_GUARD_KINDS",
+    "reference_only_skip",
+    "minidynamo_only",
+    "fresh_dynamo",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# the switch
+# --------------------------------------------------------------------------------------------
+def optimize(backend="eager", nopython: bool = False):
+    """``minidynamo.optimize`` or ``torch._dynamo.optimize`` (decorator / context manager)."""
+    return _dynamo.optimize(backend, nopython=nopython)
+
+
+def reset() -> None:
+    _dynamo.reset()
+
+
+def explain(fn: Callable, *args, **kwargs):
+    """Run ``explain(fn)(*args, **kwargs)`` on the current target and return its output."""
+    reset()
+    try:
+        return _dynamo.explain(fn)(*args, **kwargs)
+    finally:
+        reset()
+
+
+def reference_only_skip(reason: str):
+    """Skip a test when running against torch (where minidynamo deliberately differs)."""
+    return pytest.mark.skipif(REFERENCE, reason=f"reference (torch) differs: {reason}")
+
+
+minidynamo_only = pytest.mark.skipif(REFERENCE, reason="checks minidynamo internals")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Autouse (import it into each test module): every test starts and ends with empty caches."""
+    reset()
+    yield
+    reset()
+
+
+def compile_fn(fn: Callable, backend=None, nopython: bool = False) -> Callable:
+    """Compile ``fn`` with ``backend`` (default: the "eager" backend)."""
+    if backend is None:
+        backend = "eager"
+    return optimize(backend, nopython=nopython)(fn)
+
+
+def compile_module(mod: torch.nn.Module, backend=None, nopython: bool = False) -> Callable:
+    """The one place deciding how a module is compiled (see MODULE_FORM)."""
+    if backend is None:
+        backend = "eager"
+    if MODULE_FORM == "forward":
+        return optimize(backend, nopython=nopython)(mod.forward)
+    if MODULE_FORM == "wrapper":
+        def call_module(*args, **kwargs):
+            return mod(*args, **kwargs)
+
+        return optimize(backend, nopython=nopython)(call_module)
+    return optimize(backend, nopython=nopython)(mod)
+
+
+# --------------------------------------------------------------------------------------------
+# comparing with eager
+# --------------------------------------------------------------------------------------------
+class Args:
+    """An input set with keyword arguments: ``Args(x, y, scale=2)``."""
+
+    def __init__(self, *args, **kwargs):
+        self.args = args
+        self.kwargs = kwargs
+
+    def __repr__(self):
+        return f"Args(*{self.args!r}, **{self.kwargs!r})"
+
+
+def _clone(value):
+    if isinstance(value, torch.Tensor):
+        out = value.detach().clone()
+        if value.requires_grad:
+            out.requires_grad_(True)
+        return out
+    if isinstance(value, list):
+        return [_clone(v) for v in value]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*[_clone(v) for v in value])
+    if isinstance(value, tuple):
+        return tuple(_clone(v) for v in value)
+    if isinstance(value, dict):
+        return type(value)((k, _clone(v)) for k, v in value.items())
+    return value  # objects and modules are shared: their identity is part of the guards
+
+
+def clone_inputs(input_set) -> Tuple[tuple, dict]:
+    if isinstance(input_set, Args):
+        return _clone(input_set.args), _clone(input_set.kwargs)
+    if not isinstance(input_set, tuple):
+        input_set = (input_set,)
+    return _clone(input_set), {}
+
+
+def assert_equal(actual, expected, path: str = "out") -> None:
+    """Recursive comparison: tensors with assert_close, containers element-wise, scalars exactly."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor), f"{path}: expected a tensor, got {type(actual)}"
+        assert actual.shape == expected.shape, f"{path}: shape {actual.shape} != {expected.shape}"
+        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
+        assert actual.requires_grad == expected.requires_grad, f"{path}: requires_grad differs"
+        torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True, msg=lambda m: f"{path}: {m}")
+        return
+    if isinstance(expected, torch.nn.Module):
+        assert actual is expected, f"{path}: a different module came back"
+        return
+    if isinstance(expected, (list, tuple)):
+        assert type(actual) is type(expected), f"{path}: type {type(actual)} != {type(expected)}"
+        assert len(actual) == len(expected), f"{path}: length {len(actual)} != {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_equal(a, e, f"{path}[{i}]")
+        return
+    if isinstance(expected, dict):
+        assert type(actual) is type(expected), f"{path}: type {type(actual)} != {type(expected)}"
+        assert list(actual.keys()) == list(expected.keys()), f"{path}: keys {list(actual)} != {list(expected)}"
+        for k in expected:
+            assert_equal(actual[k], expected[k], f"{path}[{k!r}]")
+        return
+    if isinstance(expected, (set, frozenset)):
+        assert type(actual) is type(expected) and actual == expected, f"{path}: {actual!r} != {expected!r}"
+        return
+    if isinstance(expected, float) and math.isnan(expected):
+        assert isinstance(actual, float) and math.isnan(actual), f"{path}: {actual!r} is not nan"
+        return
+    if isinstance(expected, (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size)):
+        assert type(actual) is type(expected), f"{path}: type {type(actual)} != {type(expected)} ({actual!r} vs {expected!r})"
+        assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+        return
+    if hasattr(expected, "__dataclass_fields__"):
+        assert type(actual) is type(expected), f"{path}: type {type(actual)} != {type(expected)}"
+        for name in expected.__dataclass_fields__:
+            assert_equal(getattr(actual, name), getattr(expected, name), f"{path}.{name}")
+        return
+    assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def assert_same(
+    fn: Callable,
+    *input_sets,
+    graphs: Optional[int] = 1,
+    nopython: Optional[bool] = None,
+    repeat: int = 2,
+    min_ops: Optional[int] = None,
+    compare_inputs: bool = True,
+    counter: Optional[CompileCounter] = None,
+) -> CompileCounter:
+    """Compile ``fn`` with a CompileCounter, run it on every input set ``repeat`` times, compare each
+    result (and the inputs afterwards, to catch mutation) with eager, and check the graph count.
+
+    ``graphs`` is the expected total number of compiled graphs over all calls (None: don't check).
+    ``nopython`` defaults to True (whole graph required) unless no graph is expected at all (torch's
+    fullgraph mode rejects a frame that yields no graph).
+    An input set is a tuple of positional args, a single non-tuple arg, or ``Args(*a, **kw)``.
+    """
+    assert input_sets, "assert_same needs at least one input set"
+    cnt = counter if counter is not None else CompileCounter()
+    if nopython is None:
+        nopython = graphs != 0
+    compiled = optimize(cnt, nopython=nopython)(fn)
+    for i, input_set in enumerate(input_sets):
+        for r in range(repeat):
+            e_args, e_kwargs = clone_inputs(input_set)
+            c_args, c_kwargs = clone_inputs(input_set)
+            expected = fn(*e_args, **e_kwargs)
+            actual = compiled(*c_args, **c_kwargs)
+            assert_equal(actual, expected, f"input set {i}, call {r}: out")
+            if compare_inputs:
+                assert_equal(c_args, e_args, f"input set {i}, call {r}: args after the call")
+                assert_equal(c_kwargs, e_kwargs, f"input set {i}, call {r}: kwargs after the call")
+    if graphs is not None:
+        assert cnt.frame_count == graphs, f"compiled {cnt.frame_count} graphs, expected {graphs}"
+    if min_ops is not None:
+        assert cnt.op_count >= min_ops, f"{cnt.op_count} ops in the graphs, expected at least {min_ops}"
+    return cnt
+
+
+# --------------------------------------------------------------------------------------------
+# guards
+# --------------------------------------------------------------------------------------------
+# torch guard kind -> minidynamo's vocabulary
+_KIND_MAP = {
+    "CONSTANT_MATCH": "EQUALS_MATCH",
+    "FUNCTION_MATCH": "ID_MATCH",
+    "CLOSURE_MATCH": "ID_MATCH",
+    "BUILTIN_MATCH": "ID_MATCH",
+    "MODULE_MATCH": "ID_MATCH",
+    "SEQUENCE_LENGTH": "LIST_LENGTH",
+    "TUPLE_ITERATOR_LEN": "LIST_LENGTH",
+    "DICT_KEYS_MATCH": "DICT_KEYS",
+    "DICT_CONTAINS": "DICT_KEYS",
+    "NN_MODULE_PARAM_NAMES": "NN_MODULE",
+}
+
+#: kinds that count as "this module is guarded".  minidynamo guards module identity (NN_MODULE or
+#: ID_MATCH); torch 2.13 inlines modules and guards their type plus each parameter instead.
+MODULE_GUARD_KINDS = {"NN_MODULE", "ID_MATCH"} | ({"TYPE_MATCH"} if REFERENCE else set())
+#: kinds that count as "this user object is guarded".
+OBJECT_GUARD_KINDS = {"TYPE_MATCH", "ID_MATCH"}
+
+
+def _kind_of(guard) -> str:
+    kind = getattr(guard, "create_fn_name", None)
+    if callable(kind):
+        kind = kind()
+    if kind is None:
+        kind = getattr(guard, "kind", None)
+    kind = str(getattr(kind, "name", kind))
+    return _KIND_MAP.get(kind, kind)
+
+
+def guard_kinds(explain_output) -> Set[Tuple[str, str]]:
+    """``{(source name, normalised kind)}`` for every guard of an explain() output."""
+    out = set()
+    for guard in explain_output.out_guards:
+        name = getattr(guard, "name", "") or ""
+        out.add((str(name), _kind_of(guard)))
+    return out
+
+
+def guard_names(explain_output) -> Set[str]:
+    return {name for name, _ in guard_kinds(explain_output)}
+
+
+def _name_matches(guard_name: str, want: str) -> bool:
+    if guard_name == want:
+        return True
+    if "[" in want or "." in want:  # a source fragment such as "L['x']" or ".weight"
+        return want in guard_name
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(want)}(?![A-Za-z0-9_])", guard_name) is not None
+
+
+def has_guard(guards, name: str, kinds) -> bool:
+    """Whether some guard on a source whose name mentions ``name`` has one of ``kinds``."""
+    if not isinstance(guards, set):
+        guards = guard_kinds(guards)
+    if isinstance(kinds, str):
+        kinds = {kinds}
+    return any(kind in kinds and _name_matches(gname, name) for gname, kind in guards)
+
+
+def assert_guard(guards, name: str, kinds) -> None:
+    if not isinstance(guards, set):
+        guards = guard_kinds(guards)
+    if isinstance(kinds, str):
+        kinds = {kinds}
+    if not has_guard(guards, name, kinds):
+        relevant = sorted(g for g in guards if _name_matches(g[0], name))
+        raise AssertionError(f"no {sorted(kinds)} guard on {name!r}; guards on it: {relevant}; all: {sorted(guards)}")
+
+
+def assert_no_guard(guards, name: str, kinds) -> None:
+    if not isinstance(guards, set):
+        guards = guard_kinds(guards)
+    if isinstance(kinds, str):
+        kinds = {kinds}
+    assert not has_guard(guards, name, kinds), f"unexpected {sorted(kinds)} guard on {name!r}"
+
+
+__all__.append("assert_no_guard")
+
+
+def rand(*shape, dtype=torch.float32, requires_grad=False):
+    """A small random tensor (ints: values in [-8, 8); bool: random mask)."""
+    if dtype == torch.bool:
+        return torch.rand(*shape) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(-8, 8, shape, dtype=dtype)
+    out = torch.randn(*shape, dtype=dtype)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+__all__.append("rand")
