@@ -10,7 +10,7 @@ import torch
 import torch.fx
 
 from .ir import Expr, Index, IndexValue, Op, UNARY_MATH
-from .lowering import GraphLowering, Lazy, Strided, Unsupported, Value, cast, const
+from .lowering import Lazy, Strided, Unsupported, Value, cast, const
 
 aten = torch.ops.aten
 prims = torch.ops.prims
