@@ -477,6 +477,12 @@ def c_unary(x, a, flag):
     return x * (-a) + (+a) + (~a) + (1 if not flag else 2)
 
 
+def c_value_or_and(x, a, b):
+    k = a or b
+    j = a and b
+    return x * k + j
+
+
 def c_local_constants(x):
     a = 7
     b = 3
@@ -498,6 +504,10 @@ def test_constant_inplace_ops():
 
 def test_constant_unary_ops():
     assert_same(c_unary, (rand(3), 4, True), (rand(3), 4, False), graphs=2)
+
+
+def test_constant_value_or_and():
+    assert_same(c_value_or_and, (rand(3), 0, 4), (rand(3), 2, 5), graphs=2)
 
 
 def test_constant_local_folding():

@@ -607,3 +607,48 @@ def test_backward_through_compiled():
     f(x, w1).backward()
     cf(x, w2).backward()
     assert_equal(w2.grad, w1.grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# loops whose condition is tested at the bottom (POP_JUMP_BACKWARD_IF_*)
+# ---------------------------------------------------------------------------------------------
+class Node:
+    def __init__(self, val, next=None):
+        self.val = val
+        self.next = next
+
+
+def while_linked_list(x, node):
+    while node is not None:
+        x = x * node.val
+        node = node.next
+    return x
+
+
+def while_bottom_test_none(x, items):
+    item = None
+    i = 0
+    while item is None:
+        item = items[i]
+        i += 1
+    return x + item
+
+
+def while_bool_bottom(x, n):
+    while n:
+        x = x + n
+        n -= 1
+    return x
+
+
+def test_while_linked_list():
+    chain = Node(2.0, Node(3.0, Node(0.5)))
+    assert_same(while_linked_list, (rand(2), chain), (rand(2), chain), graphs=1)
+
+
+def test_while_bottom_test_none():
+    assert_same(while_bottom_test_none, (rand(2), [None, None, 4]), graphs=1)
+
+
+def test_while_bool_bottom():
+    assert_same(while_bool_bottom, (rand(2), 3), (rand(2), 1), graphs=2)
