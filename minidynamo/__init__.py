@@ -1,7 +1,7 @@
 """minidynamo: a PEP 523 frame-evaluation JIT for PyTorch."""
 from . import config
 from .backends import list_backends, lookup_backend, register_backend
-from .eval_frame import GuardedCode, disable, optimize_with_callback, reset, run
+from .eval_frame import GuardedCode, disable, optimize, optimize_with_callback, reset, run
 
 __all__ = [
     "GuardedCode",
@@ -9,6 +9,7 @@ __all__ = [
     "disable",
     "list_backends",
     "lookup_backend",
+    "optimize",
     "optimize_with_callback",
     "register_backend",
     "reset",

@@ -101,3 +101,16 @@ def skip_module(namespace: Dict[str, Any]) -> None:
 # Library frames can run while a callback is set (context managers, gc callbacks).
 skip_module(globals())
 gc.callbacks.append(_on_gc)
+
+
+def optimize(backend: Union[str, Callable] = "eager", nopython: bool = False) -> _CallbackContext:
+    """Compile the frames run inside (a decorator or a `with` block) with `backend`.
+
+    `backend` is a registered name ("eager", "cpp", "triton", "inductor", ...) or a callable
+    `(gm: torch.fx.GraphModule, example_inputs) -> callable`, torch.compile's backend contract.
+    With `nopython=True` anything that cannot be captured raises instead of running eagerly.
+    """
+    from .backends import lookup_backend
+    from .convert_frame import ConvertFrame
+
+    return _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython))

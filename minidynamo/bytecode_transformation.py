@@ -1,0 +1,118 @@
+"""Reading CPython 3.11 code objects into instructions and assembling new ones.
+
+The `bytecode` package does the hard part of assembly (jump offsets, EXTENDED_ARG, inline
+caches, the exception table, the line table and the stack size). Here we flatten its abstract
+form into a list the translator can index, and build code objects shaped like an original.
+"""
+from __future__ import annotations
+
+import dis
+import types
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Union
+
+import bytecode
+from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, SetLineno, TryBegin, TryEnd
+
+Element = Union[Instr, Label, TryBegin, TryEnd, SetLineno]
+
+
+@dataclass
+class Instructions:
+    """A code object's instructions, flattened: jumps point at indexes."""
+
+    code: types.CodeType
+    bytecode: Bytecode
+    instrs: List[Instr]
+    offsets: List[int]  # the original byte offset of each instruction
+    label_index: Dict[int, int]  # id(Label) -> index of the instruction it marks
+
+    def jump_target(self, instr: Instr) -> int:
+        return self.label_index[id(instr.arg)]
+
+
+def read_instructions(code: types.CodeType) -> Instructions:
+    abstract = Bytecode.from_code(code)
+    instrs: List[Instr] = []
+    label_index: Dict[int, int] = {}
+    pending: List[Label] = []
+    for element in abstract:
+        if isinstance(element, Label):
+            pending.append(element)
+        elif isinstance(element, Instr):
+            for label in pending:
+                label_index[id(label)] = len(instrs)
+            pending.clear()
+            instrs.append(element)
+    for label in pending:
+        label_index[id(label)] = len(instrs)
+    offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+    if len(offsets) != len(instrs):
+        offsets = list(range(len(instrs)))
+    return Instructions(code, abstract, instrs, offsets, label_index)
+
+
+def closure_var(code: types.CodeType, name: str) -> Optional[Union[CellVar, FreeVar]]:
+    """The bytecode-package argument for a cell or free variable `name`, or None for a plain local."""
+    if name in code.co_cellvars:
+        return CellVar(name)
+    if name in code.co_freevars:
+        return FreeVar(name)
+    return None
+
+
+def frame_prologue(code: types.CodeType) -> List[Instr]:
+    """MAKE_CELL / COPY_FREE_VARS / RESUME, which every function body of `code`'s shape starts with."""
+    prologue = [Instr("MAKE_CELL", CellVar(name)) for name in code.co_cellvars]
+    if code.co_freevars:
+        prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
+    prologue.append(Instr("RESUME", 0))
+    return prologue
+
+
+def assemble(
+    elements: Sequence[Element],
+    like: types.CodeType,
+    name: Optional[str] = None,
+    argnames: Optional[Sequence[str]] = None,
+    argcount: Optional[int] = None,
+    kwonlyargcount: Optional[int] = None,
+    flags: Optional[int] = None,
+    freevars: Optional[Sequence[str]] = None,
+    cellvars: Optional[Sequence[str]] = None,
+) -> types.CodeType:
+    """A new code object running `elements`, with the signature and names of `like` unless overridden."""
+    out = Bytecode(list(elements))
+    out.argcount = like.co_argcount if argcount is None else argcount
+    out.posonlyargcount = like.co_posonlyargcount if argcount is None else 0
+    out.kwonlyargcount = like.co_kwonlyargcount if kwonlyargcount is None else kwonlyargcount
+    out.flags = like.co_flags if flags is None else flags
+    out.name = name or like.co_name
+    out.qualname = name or like.co_qualname
+    out.filename = like.co_filename
+    out.first_lineno = like.co_firstlineno
+    n_params = out.argcount + out.kwonlyargcount + bool(out.flags & 0x04) + bool(out.flags & 0x08)
+    out.argnames = list(argnames) if argnames is not None else list(like.co_varnames[:n_params])
+    out.cellvars = list(like.co_cellvars if cellvars is None else cellvars)
+    out.freevars = list(like.co_freevars if freevars is None else freevars)
+    return out.to_code()
+
+
+def is_jump(instr: Instr) -> bool:
+    return isinstance(instr.arg, Label)
+
+
+__all__ = [
+    "CellVar",
+    "Element",
+    "FreeVar",
+    "Instructions",
+    "Instr",
+    "Label",
+    "assemble",
+    "bytecode",
+    "closure_var",
+    "frame_prologue",
+    "is_jump",
+    "read_instructions",
+]

@@ -1,0 +1,112 @@
+"""The frame callback: decide whether to convert a frame, translate it, and build its cache entry."""
+from __future__ import annotations
+
+import logging
+import os
+import sysconfig
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional
+
+import torch
+
+from . import config
+from .eval_frame import GuardedCode
+from .exc import BackendCompilerFailed, Unsupported
+from .guards import CheckFunction, build_check_function
+from .output_graph import OutputGraph
+from .symbolic_convert import InstructionTranslator
+
+log = logging.getLogger("minidynamo")
+
+_SKIP_DIRS = tuple(
+    os.path.dirname(path) + os.sep if path.endswith("__init__.py") else path + os.sep
+    for path in {
+        os.path.dirname(os.path.abspath(__file__)),
+        os.path.dirname(torch.__file__),
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["platstdlib"],
+    }
+)
+
+
+def skip_reason(code: types.CodeType) -> Optional[str]:
+    """Why frames of `code` are never converted (library code), or None."""
+    filename = code.co_filename
+    if filename.startswith(_SKIP_DIRS):
+        return "library code"
+    if filename.startswith("<") and filename not in ("<string>", "<stdin>") and not filename.startswith("<ipython"):
+        return "generated code"
+    return None
+
+
+@dataclass
+class FrameRecord:
+    """What converting one frame produced, for explain() and logs."""
+
+    code: types.CodeType
+    graphs: List[torch.fx.GraphModule] = field(default_factory=list)
+    compile_times: List[float] = field(default_factory=list)
+    check: Optional[CheckFunction] = None
+    transformed_code: Optional[types.CodeType] = None
+    unsupported: Optional[Unsupported] = None
+    seconds: float = 0.0
+
+
+compile_listeners: List[Callable[[FrameRecord], None]] = []
+
+
+def format_unsupported(error: Unsupported) -> str:
+    lines = [error.msg]
+    lines.extend(str(frame) for frame in error.user_stack)
+    return "\n".join(lines)
+
+
+class ConvertFrame:
+    """The callback the C core calls on a cache miss."""
+
+    def __init__(self, compiler_fn: Callable, nopython: bool = False) -> None:
+        self.compiler_fn = compiler_fn
+        self.nopython = nopython
+
+    def __call__(self, frame: Any) -> Optional[GuardedCode]:
+        if skip_reason(frame.f_code) is not None:
+            return None
+        record = FrameRecord(frame.f_code)
+        start = time.perf_counter()
+        try:
+            return self.convert(frame, record)
+        except Unsupported as e:
+            record.unsupported = e
+            log.debug("running %s unconverted: %s", frame.f_code.co_name, format_unsupported(e))
+            if self.nopython:
+                raise Unsupported(format_unsupported(e)) from None
+            return None
+        except BackendCompilerFailed:
+            raise
+        except Exception as e:
+            if config.strict:
+                raise
+            log.warning("minidynamo: internal error converting %s, running it unconverted: %s",
+                        frame.f_code.co_qualname, e, exc_info=log.isEnabledFor(logging.DEBUG))
+            record.unsupported = Unsupported(f"internal error: {type(e).__name__}: {e}")
+            return None
+        finally:
+            record.seconds = time.perf_counter() - start
+            for listener in compile_listeners:
+                listener(record)
+
+    def convert(self, frame: Any, record: FrameRecord) -> GuardedCode:
+        output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn)
+        tracer = InstructionTranslator(frame, output)
+        grad_mode = torch.is_grad_enabled()
+        try:
+            tracer.run()
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
+        record.graphs = [c.graph_module for c in output.compiled]
+        record.compile_times = [c.compile_seconds for c in output.compiled]
+        record.transformed_code = tracer.generated_code
+        record.check = build_check_function(list(output.guards.values()), frame.f_globals, output.namespaces)
+        return GuardedCode(tracer.generated_code, record.check.fn)

@@ -1,0 +1,34 @@
+"""Errors raised while translating a frame."""
+from typing import List, NoReturn, Optional
+
+
+class Unsupported(Exception):
+    """The translator met something it cannot put in a graph. `msg` is written for users."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.user_stack: List["UserFrame"] = []
+
+
+class UserFrame:
+    """One line of the user's code, for reports: file:line, function, source text."""
+
+    __slots__ = ("filename", "lineno", "name", "line")
+
+    def __init__(self, filename: str, lineno: Optional[int], name: str, line: str) -> None:
+        self.filename, self.lineno, self.name, self.line = filename, lineno, name, line
+
+    def __str__(self) -> str:
+        text = f'  File "{self.filename}", line {self.lineno}, in {self.name}'
+        return text + (f"\n    {self.line}" if self.line else "")
+
+
+class BackendCompilerFailed(Exception):
+    def __init__(self, backend_name: str, inner: BaseException) -> None:
+        super().__init__(f"backend {backend_name!r} raised {type(inner).__name__}: {inner}")
+        self.inner = inner
+
+
+def unimplemented(msg: str) -> NoReturn:
+    raise Unsupported(msg)

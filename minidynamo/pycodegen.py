@@ -1,0 +1,57 @@
+"""PyCodegen: builds the instructions of generated code (graph calls and value reconstruction)."""
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from .bytecode_transformation import Element, Instr, closure_var
+
+if TYPE_CHECKING:
+    from .variables.base import VariableTracker
+
+
+class PyCodegen:
+    def __init__(self, code: types.CodeType) -> None:
+        self.code = code
+        self.instructions: List[Element] = []
+        # Tensors already computed by the graph: node -> (local holding the outputs, index)
+        self.graph_outputs: Dict[Any, int] = {}
+        self.graph_output_var: Optional[str] = None
+
+    def append(self, opname: str, arg: Any = None) -> None:
+        self.instructions.append(Instr(opname) if arg is None else Instr(opname, arg))
+
+    def load_const(self, value: Any) -> None:
+        self.append("LOAD_CONST", value)
+
+    def load_local(self, name: str) -> None:
+        cell = closure_var(self.code, name)
+        self.append("LOAD_DEREF", cell) if cell is not None else self.append("LOAD_FAST", name)
+
+    def store_local(self, name: str) -> None:
+        cell = closure_var(self.code, name)
+        self.append("STORE_DEREF", cell) if cell is not None else self.append("STORE_FAST", name)
+
+    def load_global(self, name: str) -> None:
+        self.append("LOAD_GLOBAL", (False, name))
+
+    def load_attr(self, name: str) -> None:
+        self.append("LOAD_ATTR", name)
+
+    def load_function(self, fn: Any) -> None:
+        """Push NULL and a callable known now, ready for `call`."""
+        self.append("PUSH_NULL")
+        self.load_const(fn)
+
+    def call(self, nargs: int) -> None:
+        self.append("PRECALL", nargs)
+        self.append("CALL", nargs)
+
+    def reconstruct(self, value: "VariableTracker") -> None:
+        node = getattr(value, "node", None)
+        if node is not None and node in self.graph_outputs:
+            self.append("LOAD_FAST", self.graph_output_var)
+            self.load_const(self.graph_outputs[node])
+            self.append("BINARY_SUBSCR")
+            return
+        value.reconstruct(self)

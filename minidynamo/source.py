@@ -1,0 +1,136 @@
+"""Sources: where a value the translator sees came from, as an expression over the frame.
+
+`name()` is the expression guards evaluate (`L['x']`, `G['w']`, `L['self'].fc.weight`,
+`L['xs'][2]`); `reconstruct()` emits the bytecode that loads the value in generated code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict
+
+if TYPE_CHECKING:
+    from .pycodegen import PyCodegen
+
+
+class Source:
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        raise NotImplementedError
+
+    def is_global(self) -> bool:
+        return False
+
+    def depth(self) -> int:
+        return 0
+
+
+@dataclass(frozen=True)
+class LocalSource(Source):
+    local_name: str
+
+    def name(self) -> str:
+        return f"L[{self.local_name!r}]"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_local(self.local_name)
+
+
+@dataclass(frozen=True)
+class GlobalSource(Source):
+    global_name: str
+
+    def name(self) -> str:
+        return f"G[{self.global_name!r}]"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_global(self.global_name)
+
+    def is_global(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class ModuleGlobalsSource(Source):
+    """The globals dict of another module (a function inlined from there reads its globals)."""
+
+    scope_name: str
+    namespace: Dict[str, Any] = field(compare=False, hash=False, repr=False)
+
+    def name(self) -> str:
+        return self.scope_name
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_const(self.namespace)
+
+    def is_global(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class ChainedSource(Source):
+    base: Source
+
+    def is_global(self) -> bool:
+        return self.base.is_global()
+
+    def depth(self) -> int:
+        return self.base.depth() + 1
+
+
+@dataclass(frozen=True)
+class AttrSource(ChainedSource):
+    member: str
+
+    def name(self) -> str:
+        if self.member.isidentifier():
+            return f"{self.base.name()}.{self.member}"
+        return f"getattr({self.base.name()}, {self.member!r})"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_attr(self.member)
+
+
+@dataclass(frozen=True)
+class GetItemSource(ChainedSource):
+    index: Any
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.index!r}]"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_const(self.index)
+        codegen.append("BINARY_SUBSCR")
+
+
+@dataclass(frozen=True)
+class CellContentsSource(ChainedSource):
+    """The contents of a closure cell: `base` names the cell object."""
+
+    def name(self) -> str:
+        return f"{self.base.name()}.cell_contents"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_attr("cell_contents")
+
+
+@dataclass(frozen=True)
+class DefaultsSource(ChainedSource):
+    """A positional default (`fn.__defaults__[i]`) or keyword-only default of a function."""
+
+    index: Any
+    kwonly: bool = False
+
+    def name(self) -> str:
+        attr = "__kwdefaults__" if self.kwonly else "__defaults__"
+        return f"{self.base.name()}.{attr}[{self.index!r}]"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_attr("__kwdefaults__" if self.kwonly else "__defaults__")
+        codegen.load_const(self.index)
+        codegen.append("BINARY_SUBSCR")

@@ -1,0 +1,602 @@
+"""The bytecode translator: symbolic execution of CPython 3.11 bytecode over VariableTrackers.
+
+One handler per opcode, named after it. `InstructionTranslator` runs a whole frame and, at
+RETURN_VALUE, asks the output graph for the generated code; `InliningInstructionTranslator`
+runs a called user function inside its caller's graph.
+"""
+from __future__ import annotations
+
+import linecache
+import operator
+import sys
+import types
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+from bytecode import BinaryOp, Compare
+
+from .bytecode_transformation import Instr, Instructions, read_instructions
+from .exc import Unsupported, UserFrame, unimplemented
+from .output_graph import OutputGraph
+from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
+from .variables import (
+    BaseListVariable,
+    BaseUserFunctionVariable,
+    BuiltinVariable,
+    CellVariable,
+    ConstantVariable,
+    ConstDictVariable,
+    ListIteratorVariable,
+    ListVariable,
+    NestedUserFunctionVariable,
+    NullVariable,
+    PythonModuleVariable,
+    TensorVariable,
+    TupleVariable,
+    VariableBuilder,
+    VariableTracker,
+    WithExitVariable,
+)
+
+MAX_INLINE_DEPTH = 32
+MAX_INSTRUCTIONS = 200_000
+
+_BINARY_OPS: Dict[int, Callable] = {
+    BinaryOp.ADD: operator.add, BinaryOp.AND: operator.and_, BinaryOp.FLOOR_DIVIDE: operator.floordiv,
+    BinaryOp.LSHIFT: operator.lshift, BinaryOp.MATRIX_MULTIPLY: operator.matmul, BinaryOp.MULTIPLY: operator.mul,
+    BinaryOp.REMAINDER: operator.mod, BinaryOp.OR: operator.or_, BinaryOp.POWER: operator.pow,
+    BinaryOp.RSHIFT: operator.rshift, BinaryOp.SUBTRACT: operator.sub, BinaryOp.TRUE_DIVIDE: operator.truediv,
+    BinaryOp.XOR: operator.xor, BinaryOp.INPLACE_ADD: operator.iadd, BinaryOp.INPLACE_AND: operator.iand,
+    BinaryOp.INPLACE_FLOOR_DIVIDE: operator.ifloordiv, BinaryOp.INPLACE_LSHIFT: operator.ilshift,
+    BinaryOp.INPLACE_MATRIX_MULTIPLY: operator.imatmul, BinaryOp.INPLACE_MULTIPLY: operator.imul,
+    BinaryOp.INPLACE_REMAINDER: operator.imod, BinaryOp.INPLACE_OR: operator.ior,
+    BinaryOp.INPLACE_POWER: operator.ipow, BinaryOp.INPLACE_RSHIFT: operator.irshift,
+    BinaryOp.INPLACE_SUBTRACT: operator.isub, BinaryOp.INPLACE_TRUE_DIVIDE: operator.itruediv,
+    BinaryOp.INPLACE_XOR: operator.ixor,
+}
+_COMPARE_OPS: Dict[int, Callable] = {
+    Compare.LT: operator.lt, Compare.LE: operator.le, Compare.EQ: operator.eq,
+    Compare.NE: operator.ne, Compare.GT: operator.gt, Compare.GE: operator.ge,
+}
+_FORMAT_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
+
+
+def _unary(fn: Callable) -> Callable:
+    def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
+        self.push(BuiltinVariable(fn).call_function(self, [self.pop()], {}))
+
+    return handler
+
+
+def _pop_jump_if(truth: bool) -> Callable:
+    def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
+        if self.pop().truthy(self) is truth:
+            self.jump(inst)
+
+    return handler
+
+
+def _pop_jump_if_none(is_none: bool) -> Callable:
+    def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
+        value = self.pop()
+        if _is_none(value) is is_none:
+            self.jump(inst)
+
+    return handler
+
+
+def _jump_or_pop(truth: bool) -> Callable:
+    def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
+        if self.stack[-1].truthy(self) is truth:
+            self.jump(inst)
+        else:
+            self.pop()
+
+    return handler
+
+
+def _is_none(value: VariableTracker) -> bool:
+    return isinstance(value, ConstantVariable) and value.value is None
+
+
+class InstructionTranslatorBase:
+    def __init__(
+        self,
+        code: types.CodeType,
+        f_globals: Dict[str, Any],
+        f_builtins: Dict[str, Any],
+        symbolic_locals: Dict[str, VariableTracker],
+        cells: Dict[str, CellVariable],
+        output: OutputGraph,
+        globals_source: Optional[Source],
+    ) -> None:
+        self.code = code
+        self.instructions: Instructions = read_instructions(code)
+        self.f_globals = f_globals
+        self.f_builtins = f_builtins
+        self.symbolic_locals = symbolic_locals
+        self.cells = cells
+        self.output = output
+        self.globals_source = globals_source
+        self.stack: List[VariableTracker] = []
+        self.instruction_pointer = 0
+        self.current_instruction: Optional[Instr] = None
+        self.kw_names: Optional[tuple] = None
+        self.steps = 0
+
+    # ---- the interpreter loop ----
+
+    def run(self) -> None:
+        instrs = self.instructions.instrs
+        while self.instruction_pointer < len(instrs):
+            inst = instrs[self.instruction_pointer]
+            self.current_instruction = inst
+            self.instruction_pointer += 1
+            self.steps += 1
+            if self.steps > MAX_INSTRUCTIONS:
+                unimplemented("the function runs too many instructions to trace (an unbounded loop?)")
+            handler = getattr(self, inst.name, None)
+            if handler is None:
+                unimplemented(f"the bytecode instruction {inst.name}")
+            try:
+                if handler(inst):
+                    return
+            except Unsupported as e:
+                if not e.user_stack:
+                    e.user_stack = self.user_stack()
+                raise
+
+    def user_frame(self) -> UserFrame:
+        lineno = getattr(self.current_instruction, "lineno", None) or self.code.co_firstlineno
+        line = linecache.getline(self.code.co_filename, lineno).strip()
+        return UserFrame(self.code.co_filename, lineno, self.code.co_name, line)
+
+    def user_stack(self) -> List[UserFrame]:
+        return [self.user_frame()]
+
+    def push(self, value: VariableTracker) -> None:
+        assert isinstance(value, VariableTracker), value
+        self.stack.append(value)
+
+    def pop(self) -> VariableTracker:
+        return self.stack.pop()
+
+    def popn(self, n: int) -> List[VariableTracker]:
+        if n == 0:
+            return []
+        values = self.stack[-n:]
+        del self.stack[-n:]
+        return values
+
+    def jump(self, inst: Instr) -> None:
+        self.instruction_pointer = self.instructions.jump_target(inst)
+
+    def call_function(self, fn: VariableTracker, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        return fn.call_function(self, args, kwargs)
+
+    # ---- locals, globals, closures ----
+
+    def load_local(self, name: str) -> VariableTracker:
+        if name not in self.symbolic_locals:
+            unimplemented(f"local variable '{name}' referenced before assignment")
+        return self.symbolic_locals[name]
+
+    def cell(self, name: str) -> CellVariable:
+        if name not in self.cells:
+            unimplemented(f"closure variable '{name}' is not available while tracing")
+        return self.cells[name]
+
+    def global_source(self, name: str) -> Optional[Source]:
+        if self.globals_source is None:
+            return GlobalSource(name)
+        return GetItemSource(self.globals_source, name)
+
+    def load_global(self, name: str) -> VariableTracker:
+        if name in self.f_globals:
+            return VariableBuilder(self, self.global_source(name))(self.f_globals[name])
+        builtins_ns = self.f_builtins if isinstance(self.f_builtins, dict) else vars(self.f_builtins)
+        if name in builtins_ns:
+            return VariableBuilder(self, None)(builtins_ns[name])
+        unimplemented(f"name '{name}' is not defined")
+
+    def LOAD_FAST(self, inst: Instr) -> None:
+        self.push(self.load_local(inst.arg))
+
+    def STORE_FAST(self, inst: Instr) -> None:
+        self.symbolic_locals[inst.arg] = self.pop()
+
+    def DELETE_FAST(self, inst: Instr) -> None:
+        self.load_local(inst.arg)
+        del self.symbolic_locals[inst.arg]
+
+    def LOAD_CONST(self, inst: Instr) -> None:
+        self.push(ConstantVariable(inst.arg))
+
+    def LOAD_GLOBAL(self, inst: Instr) -> None:
+        push_null, name = inst.arg
+        if push_null:
+            self.push(NullVariable())
+        self.push(self.load_global(name))
+
+    def STORE_GLOBAL(self, inst: Instr) -> None:
+        unimplemented(f"assigning the global '{inst.arg}'")
+
+    def MAKE_CELL(self, inst: Instr) -> None:
+        name = inst.arg.name
+        initial = self.symbolic_locals.pop(name, None) if name in self.code.co_varnames else None
+        if initial is None and name in self.code.co_varnames:
+            initial = self.initial_local(name)
+        self.cells[name] = CellVariable(initial)
+
+    def initial_local(self, name: str) -> Optional[VariableTracker]:
+        return None
+
+    def COPY_FREE_VARS(self, inst: Instr) -> None:
+        pass
+
+    def LOAD_DEREF(self, inst: Instr) -> None:
+        cell = self.cell(inst.arg.name)
+        if cell.contents is None:
+            unimplemented(f"free variable '{inst.arg.name}' referenced before assignment")
+        self.push(cell.contents)
+
+    def STORE_DEREF(self, inst: Instr) -> None:
+        cell = self.cell(inst.arg.name)
+        if not cell.writable:
+            unimplemented(f"assigning the variable '{inst.arg.name}' of an enclosing function (nonlocal)")
+        cell.contents = self.pop()
+
+    def LOAD_CLOSURE(self, inst: Instr) -> None:
+        self.push(self.cell(inst.arg.name))
+
+    # ---- attributes and items ----
+
+    def LOAD_ATTR(self, inst: Instr) -> None:
+        obj = self.pop()
+        self.push(obj.var_getattr(self, inst.arg))
+
+    def LOAD_METHOD(self, inst: Instr) -> None:
+        obj = self.pop()
+        self.push(NullVariable())
+        self.push(BoundMethodCall(obj, inst.arg))
+
+    def STORE_ATTR(self, inst: Instr) -> None:
+        obj = self.pop()
+        self.pop()
+        unimplemented(f"assigning attribute '{inst.arg}' of {obj.describe()}")
+
+    def DELETE_ATTR(self, inst: Instr) -> None:
+        unimplemented(f"deleting attribute '{inst.arg}'")
+
+    def BINARY_SUBSCR(self, inst: Instr) -> None:
+        index = self.pop()
+        obj = self.pop()
+        self.push(BuiltinVariable(operator.getitem).call_function(self, [obj, index], {}))
+
+    def STORE_SUBSCR(self, inst: Instr) -> None:
+        index, obj, value = self.pop(), self.pop(), self.pop()
+        if isinstance(obj, TensorVariable):
+            self.output.call_graph_op(self, "call_function", operator.setitem, [obj, index, value], {})
+        else:
+            obj.call_method(self, "__setitem__", [index, value], {})
+
+    def DELETE_SUBSCR(self, inst: Instr) -> None:
+        index, obj = self.pop(), self.pop()
+        obj.call_method(self, "__delitem__", [index], {})
+
+    # ---- operators ----
+
+    def BINARY_OP(self, inst: Instr) -> None:
+        b, a = self.pop(), self.pop()
+        self.push(BuiltinVariable(_BINARY_OPS[inst.arg]).call_function(self, [a, b], {}))
+
+    def COMPARE_OP(self, inst: Instr) -> None:
+        b, a = self.pop(), self.pop()
+        self.push(BuiltinVariable(_COMPARE_OPS[inst.arg]).call_function(self, [a, b], {}))
+
+    def IS_OP(self, inst: Instr) -> None:
+        b, a = self.pop(), self.pop()
+        fn = operator.is_not if inst.arg else operator.is_
+        self.push(BuiltinVariable(fn).call_function(self, [a, b], {}))
+
+    def CONTAINS_OP(self, inst: Instr) -> None:
+        container, item = self.pop(), self.pop()
+        found = BuiltinVariable(operator.contains).call_function(self, [container, item], {})
+        if inst.arg:
+            found = BuiltinVariable(operator.not_).call_function(self, [found], {})
+        self.push(found)
+
+    UNARY_NEGATIVE = _unary(operator.neg)
+    UNARY_POSITIVE = _unary(operator.pos)
+    UNARY_INVERT = _unary(operator.invert)
+    UNARY_NOT = _unary(operator.not_)
+
+    # ---- building and unpacking ----
+
+    def BUILD_TUPLE(self, inst: Instr) -> None:
+        self.push(TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst: Instr) -> None:
+        self.push(ListVariable(self.popn(inst.arg)))
+
+    def BUILD_SET(self, inst: Instr) -> None:
+        items = self.popn(inst.arg)
+        if not all(i.is_python_constant() for i in items):
+            unimplemented("a set of non-constant values")
+        self.push(ConstantVariable(frozenset(i.as_python_constant() for i in items)))
+
+    def BUILD_MAP(self, inst: Instr) -> None:
+        flat = self.popn(2 * inst.arg)
+        self.push(ConstDictVariable({flat[i].as_python_constant(): flat[i + 1] for i in range(0, len(flat), 2)}))
+
+    def BUILD_CONST_KEY_MAP(self, inst: Instr) -> None:
+        keys = self.pop().as_python_constant()
+        self.push(ConstDictVariable(dict(zip(keys, self.popn(inst.arg)))))
+
+    def BUILD_SLICE(self, inst: Instr) -> None:
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))
+
+    def BUILD_STRING(self, inst: Instr) -> None:
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in self.popn(inst.arg))))
+
+    def FORMAT_VALUE(self, inst: Instr) -> None:
+        spec = self.pop().as_python_constant() if inst.arg & 0x04 else ""
+        value = self.pop().as_python_constant()
+        convert = _FORMAT_CONVERSIONS[inst.arg & 0x03]
+        self.push(ConstantVariable(format(convert(value) if convert else value, spec)))
+
+    def LIST_APPEND(self, inst: Instr) -> None:
+        value = self.pop()
+        self.stack[-inst.arg].items.append(value)
+
+    def LIST_EXTEND(self, inst: Instr) -> None:
+        value = self.pop()
+        self.stack[-inst.arg].items.extend(value.unpack_var_sequence(self))
+
+    def LIST_TO_TUPLE(self, inst: Instr) -> None:
+        self.push(TupleVariable(self.pop().items))
+
+    def MAP_ADD(self, inst: Instr) -> None:
+        value, key = self.pop(), self.pop()
+        self.stack[-inst.arg].items[key.as_python_constant()] = value
+
+    def DICT_UPDATE(self, inst: Instr) -> None:
+        value = self.pop()
+        if not isinstance(value, ConstDictVariable):
+            unimplemented(f"unpacking {value.describe()} as a mapping")
+        self.stack[-inst.arg].items.update(value.items)
+
+    DICT_MERGE = DICT_UPDATE
+
+    def SET_ADD(self, inst: Instr) -> None:
+        unimplemented("set comprehensions")
+
+    def UNPACK_SEQUENCE(self, inst: Instr) -> None:
+        items = self.pop().unpack_var_sequence(self)
+        if len(items) != inst.arg:
+            unimplemented(f"unpacking {len(items)} values into {inst.arg} names")
+        self.stack.extend(reversed(items))
+
+    def UNPACK_EX(self, inst: Instr) -> None:
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        items = self.pop().unpack_var_sequence(self)
+        if len(items) < before + after:
+            unimplemented("not enough values to unpack")
+        middle = items[before : len(items) - after]
+        self.stack.extend(reversed(items[len(items) - after :]))
+        self.push(ListVariable(middle))
+        self.stack.extend(reversed(items[:before]))
+
+    # ---- stack shuffling ----
+
+    def NOP(self, inst: Instr) -> None:
+        pass
+
+    RESUME = PRECALL = NOP
+
+    def POP_TOP(self, inst: Instr) -> None:
+        self.pop()
+
+    def COPY(self, inst: Instr) -> None:
+        self.push(self.stack[-inst.arg])
+
+    def SWAP(self, inst: Instr) -> None:
+        self.stack[-1], self.stack[-inst.arg] = self.stack[-inst.arg], self.stack[-1]
+
+    def PUSH_NULL(self, inst: Instr) -> None:
+        self.push(NullVariable())
+
+    # ---- calls and functions ----
+
+    def KW_NAMES(self, inst: Instr) -> None:
+        self.kw_names = inst.arg
+
+    def CALL(self, inst: Instr) -> None:
+        args = self.popn(inst.arg)
+        fn, below = self.pop(), self.pop()
+        if not isinstance(below, NullVariable):
+            fn, args = below, [fn, *args]
+        kw_names, self.kw_names = self.kw_names or (), None
+        positional = args[: len(args) - len(kw_names)]
+        kwargs = dict(zip(kw_names, args[len(positional) :]))
+        self.push(self.call_function(fn, positional, kwargs))
+
+    def CALL_FUNCTION_EX(self, inst: Instr) -> None:
+        kwargs_vt = self.pop() if inst.arg & 1 else ConstDictVariable({})
+        args_vt, fn, below = self.pop(), self.pop(), self.pop()
+        if not isinstance(kwargs_vt, ConstDictVariable):
+            unimplemented(f"** with {kwargs_vt.describe()}")
+        args = args_vt.unpack_var_sequence(self)
+        if not isinstance(below, NullVariable):
+            fn, args = below, [fn, *args]
+        self.push(self.call_function(fn, args, dict(kwargs_vt.items)))
+
+    def MAKE_FUNCTION(self, inst: Instr) -> None:
+        code = self.pop().as_python_constant()
+        closure = self.pop() if inst.arg & 0x08 else None
+        if inst.arg & 0x04:
+            self.pop()
+        kwdefaults = self.pop() if inst.arg & 0x02 else None
+        defaults = self.pop() if inst.arg & 0x01 else None
+        self.push(NestedUserFunctionVariable(code, self.f_globals, defaults, kwdefaults, closure))
+
+    def output_globals_source(self, f_globals: Dict[str, Any], fn: VariableTracker) -> Optional[Source]:
+        """How guards and generated code reach the globals of a function inlined from here."""
+        if f_globals is self.f_globals:
+            return self.globals_source
+        if f_globals is self.root_globals():
+            return None
+        module_name = str(f_globals.get("__name__", "module"))
+        scope_name = "G_" + "".join(c if c.isalnum() else "_" for c in module_name) + f"_{id(f_globals):x}"
+        self.output.namespaces[scope_name] = f_globals
+        return ModuleGlobalsSource(scope_name, f_globals)
+
+    def root_globals(self) -> Dict[str, Any]:
+        return self.f_globals
+
+    def inline_user_function(
+        self, fn: BaseUserFunctionVariable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]
+    ) -> VariableTracker:
+        return InliningInstructionTranslator.inline(self, fn, args, kwargs)
+
+    # ---- jumps and loops ----
+
+    def JUMP_FORWARD(self, inst: Instr) -> None:
+        self.jump(inst)
+
+    JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
+    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_BACKWARD_IF_TRUE = _pop_jump_if(True)
+    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_BACKWARD_IF_FALSE = _pop_jump_if(False)
+    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_BACKWARD_IF_NONE = _pop_jump_if_none(True)
+    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_BACKWARD_IF_NOT_NONE = _pop_jump_if_none(False)
+    JUMP_IF_TRUE_OR_POP = _jump_or_pop(True)
+    JUMP_IF_FALSE_OR_POP = _jump_or_pop(False)
+
+    def GET_ITER(self, inst: Instr) -> None:
+        obj = self.pop()
+        if isinstance(obj, ListIteratorVariable):
+            self.push(obj)
+        else:
+            self.push(ListIteratorVariable(obj.unpack_var_sequence(self)))
+
+    def FOR_ITER(self, inst: Instr) -> None:
+        iterator = self.stack[-1]
+        if not isinstance(iterator, ListIteratorVariable):
+            unimplemented(f"iterating over {iterator.describe()}")
+        item = iterator.next_item()
+        if item is None:
+            self.pop()
+            self.jump(inst)
+        else:
+            self.push(item)
+
+    # ---- with blocks, imports, errors ----
+
+    def BEFORE_WITH(self, inst: Instr) -> None:
+        context = self.pop()
+        self.push(WithExitVariable(context))
+        self.push(context.call_method(self, "__enter__", [], {}))
+
+    def IMPORT_NAME(self, inst: Instr) -> None:
+        fromlist, level = self.pop().as_python_constant(), self.pop().as_python_constant()
+        module = __import__(inst.arg, self.f_globals, None, fromlist, level)
+        self.push(PythonModuleVariable(module))
+
+    def IMPORT_FROM(self, inst: Instr) -> None:
+        self.push(self.stack[-1].var_getattr(self, inst.arg))
+
+    def LOAD_ASSERTION_ERROR(self, inst: Instr) -> None:
+        self.push(BuiltinVariable(AssertionError))
+
+    def RAISE_VARARGS(self, inst: Instr) -> None:
+        unimplemented("raising an exception")
+
+
+class BoundMethodCall(VariableTracker):
+    """`obj.name` pushed by LOAD_METHOD; calling it asks `obj` to run its method."""
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method {self.name} of {self.obj.describe()}"
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        return self.obj.var_getattr(tx, self.name).var_getattr(tx, name)
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """Translates a whole frame: locals come from the frame, RETURN_VALUE produces the new code."""
+
+    def __init__(self, frame: Any, output: OutputGraph) -> None:
+        code = frame.f_code
+        super().__init__(code, frame.f_globals, frame.f_builtins, {}, {}, output, None)
+        self.f_locals: Dict[str, Any] = frame.f_locals
+        self.generated_code: Optional[types.CodeType] = None
+        for name in code.co_freevars:
+            if name in self.f_locals:
+                value = VariableBuilder(self, LocalSource(name))(self.f_locals[name])
+                self.cells[name] = CellVariable(value, writable=False)
+
+    def initial_local(self, name: str) -> Optional[VariableTracker]:
+        if name in self.f_locals:
+            return VariableBuilder(self, LocalSource(name))(self.f_locals[name])
+        return None
+
+    def load_local(self, name: str) -> VariableTracker:
+        if name not in self.symbolic_locals and name in self.f_locals:
+            self.symbolic_locals[name] = self.initial_local(name)
+        return super().load_local(name)
+
+    def STORE_FAST(self, inst: Instr) -> None:
+        self.f_locals.pop(inst.arg, None)
+        super().STORE_FAST(inst)
+
+    def RETURN_VALUE(self, inst: Instr) -> bool:
+        self.generated_code = self.output.compile_and_return(self, self.pop())
+        return True
+
+
+class InliningInstructionTranslator(InstructionTranslatorBase):
+    """Runs a called user function inside the caller's graph and returns its symbolic result."""
+
+    def __init__(self, parent: InstructionTranslatorBase, code: types.CodeType, f_globals: Dict[str, Any],
+                 symbolic_locals: Dict[str, VariableTracker], cells: Dict[str, CellVariable],
+                 globals_source: Optional[Source], depth: int) -> None:
+        super().__init__(code, f_globals, parent.f_builtins, symbolic_locals, cells, parent.output, globals_source)
+        self.parent = parent
+        self.depth = depth
+        self.return_value: Optional[VariableTracker] = None
+
+    @staticmethod
+    def inline(parent: InstructionTranslatorBase, fn: BaseUserFunctionVariable, args, kwargs) -> VariableTracker:
+        depth = getattr(parent, "depth", 0) + 1
+        if depth > MAX_INLINE_DEPTH:
+            unimplemented("calls nested too deeply to inline (recursion?)")
+        code = fn.get_code()
+        f_globals = fn.get_globals()
+        bound = fn.bind(parent, args, kwargs)
+        cells = fn.closure_cells(parent)
+        tracer = InliningInstructionTranslator(
+            parent, code, f_globals, bound, cells, parent.output_globals_source(f_globals, fn), depth
+        )
+        tracer.run()
+        if tracer.return_value is None:
+            unimplemented(f"{code.co_name} did not return")
+        return tracer.return_value
+
+    def user_stack(self) -> List[UserFrame]:
+        return [*self.parent.user_stack(), self.user_frame()]
+
+    def root_globals(self) -> Dict[str, Any]:
+        return self.parent.root_globals()
+
+    def RETURN_VALUE(self, inst: Instr) -> bool:
+        self.return_value = self.pop()
+        return True

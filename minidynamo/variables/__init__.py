@@ -1,0 +1,40 @@
+from .base import VariableTracker
+from .builder import VariableBuilder, wrap_constant_result
+from .builtin import BuiltinVariable
+from .constant import ConstantVariable
+from .dicts import ConstDictVariable
+from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .misc import CellVariable, GradModeVariable, NullVariable, PythonModuleVariable, WithExitVariable
+from .nn_module import NNModuleVariable
+from .tensor import TensorVariable
+from .torch import TorchVariable
+from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+
+__all__ = [
+    "BaseListVariable",
+    "BaseUserFunctionVariable",
+    "BuiltinVariable",
+    "CellVariable",
+    "ConstDictVariable",
+    "ConstantVariable",
+    "GradModeVariable",
+    "ListIteratorVariable",
+    "ListVariable",
+    "NNModuleVariable",
+    "NamedTupleVariable",
+    "NestedUserFunctionVariable",
+    "NullVariable",
+    "PythonModuleVariable",
+    "TensorVariable",
+    "TorchVariable",
+    "TupleVariable",
+    "UserDefinedClassVariable",
+    "UserDefinedObjectVariable",
+    "UserFunctionVariable",
+    "UserMethodVariable",
+    "VariableBuilder",
+    "VariableTracker",
+    "WithExitVariable",
+    "wrap_constant_result",
+]

@@ -1,0 +1,70 @@
+"""VariableTracker: the translator's symbolic value for one Python value on its stack or in its locals."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from ..exc import unimplemented
+from ..source import Source
+
+if TYPE_CHECKING:
+    from ..pycodegen import PyCodegen
+    from ..symbolic_convert import InstructionTranslatorBase
+
+
+class VariableTracker:
+    """Base class. `source`, when set, says how generated code and guards reach the real value."""
+
+    def __init__(self, source: Optional[Source] = None) -> None:
+        self.source = source
+
+    def python_type(self) -> type:
+        unimplemented(f"the type of {self.describe()} is not known while tracing")
+
+    def describe(self) -> str:
+        return type(self).__name__.replace("Variable", "").lower() or "value"
+
+    def as_python_constant(self) -> Any:
+        unimplemented(f"{self.describe()} is not a Python constant")
+
+    def is_python_constant(self) -> bool:
+        try:
+            self.as_python_constant()
+        except Exception:
+            return False
+        return True
+
+    def truthy(self, tx: "InstructionTranslatorBase") -> bool:
+        """The truth value of this value when it can be known while tracing."""
+        return bool(self.as_python_constant())
+
+    def var_getattr(self, tx: "InstructionTranslatorBase", name: str) -> "VariableTracker":
+        unimplemented(f"reading attribute '{name}' of {self.describe()}")
+
+    def call_function(
+        self, tx: "InstructionTranslatorBase", args: List["VariableTracker"], kwargs: Dict[str, "VariableTracker"]
+    ) -> "VariableTracker":
+        unimplemented(f"calling {self.describe()}")
+
+    def call_method(
+        self,
+        tx: "InstructionTranslatorBase",
+        name: str,
+        args: List["VariableTracker"],
+        kwargs: Dict[str, "VariableTracker"],
+    ) -> "VariableTracker":
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def has_unpack_var_sequence(self, tx: "InstructionTranslatorBase") -> bool:
+        return False
+
+    def unpack_var_sequence(self, tx: "InstructionTranslatorBase") -> List["VariableTracker"]:
+        unimplemented(f"iterating over {self.describe()}")
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        """Emit bytecode that pushes the real value (used to build return values)."""
+        if self.source is None:
+            unimplemented(f"returning {self.describe()} created while tracing")
+        self.source.reconstruct(codegen)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.describe()})"

@@ -1,0 +1,110 @@
+"""VariableBuilder: wraps a real value found at a source into a tracker, adding the guards it needs."""
+from __future__ import annotations
+
+import builtins
+import functools
+import math
+import operator
+import types
+from typing import Any, Optional
+
+import torch
+
+from ..exc import unimplemented
+from ..guards import Guard, GuardKind
+from ..source import AttrSource, GetItemSource, Source
+from .base import VariableTracker
+from .builtin import BuiltinVariable
+from .constant import ConstantVariable, is_constant_value
+from .dicts import ConstDictVariable
+from .functions import UserFunctionVariable, UserMethodVariable
+from .lists import ListVariable, NamedTupleVariable, TupleVariable
+from .misc import PythonModuleVariable
+from .nn_module import NNModuleVariable
+from .torch import TorchVariable
+from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+
+_STABLE_MODULES = (builtins, math, operator, functools)
+# Builtin classes that behave like functions when called while tracing.
+_BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, range, zip, enumerate, reversed,
+                  type, slice, map, filter)
+
+
+def is_torch_object(value: Any) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    if isinstance(value, types.ModuleType):
+        module = value.__name__
+    return module == "torch" or module.startswith(("torch.", "torch._C"))
+
+
+def is_stable_module(module: types.ModuleType) -> bool:
+    """Modules whose attributes we assume nobody rebinds (no guards on reads from them)."""
+    return module in _STABLE_MODULES or is_torch_object(module) or getattr(module, "__file__", "") is None
+
+
+class VariableBuilder:
+    def __init__(self, tx, source: Optional[Source]) -> None:
+        self.tx = tx
+        self.source = source
+
+    def guard(self, kind: GuardKind, value: Any) -> None:
+        if self.source is not None:
+            self.tx.output.add_guard(Guard(self.source, kind, value))
+
+    def __call__(self, value: Any) -> VariableTracker:
+        tx, source = self.tx, self.source
+        if isinstance(value, torch.Tensor):
+            if source is None:
+                unimplemented("a tensor reached from a value without a source")
+            return tx.output.add_graph_input(tx, source, value)
+        if is_constant_value(value):
+            self.guard(GuardKind.EQUALS_MATCH, value)
+            return ConstantVariable(value, source)
+        if isinstance(value, torch.nn.Module):
+            self.guard(GuardKind.NN_MODULE, value)
+            return NNModuleVariable(value, source)
+        if type(value) in (list, tuple):
+            self.guard(GuardKind.LIST_LENGTH, value)
+            items = [VariableBuilder(tx, source and GetItemSource(source, i))(v) for i, v in enumerate(value)]
+            return (ListVariable if type(value) is list else TupleVariable)(items, source)
+        if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+            self.guard(GuardKind.TYPE_MATCH, type(value))
+            items = [VariableBuilder(tx, source and GetItemSource(source, i))(v) for i, v in enumerate(value)]
+            return NamedTupleVariable(items, type(value), source)
+        if type(value) is dict and all(is_constant_value(k) for k in value):
+            self.guard(GuardKind.DICT_KEYS, value)
+            items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
+            return ConstDictVariable(items, dict, source)
+        if isinstance(value, types.ModuleType):
+            self.guard(GuardKind.ID_MATCH, value)
+            return PythonModuleVariable(value, source)
+        if is_torch_object(value) and callable(value):
+            self.guard(GuardKind.ID_MATCH, value)
+            return TorchVariable(value, source)
+        if isinstance(value, types.FunctionType):
+            self.guard(GuardKind.ID_MATCH, value)
+            return UserFunctionVariable(value, source)
+        if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+            owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
+            return UserMethodVariable(value.__func__, owner)
+        if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
+            self.guard(GuardKind.ID_MATCH, value)
+            return BuiltinVariable(value, source)
+        if isinstance(value, type):
+            self.guard(GuardKind.ID_MATCH, value)
+            return UserDefinedClassVariable(value, source)
+        self.guard(GuardKind.TYPE_MATCH, type(value))
+        return UserDefinedObjectVariable(value, source)
+
+
+def wrap_constant_result(value: Any) -> VariableTracker:
+    """A tracker for the result of evaluating a pure function on constants."""
+    if is_constant_value(value):
+        return ConstantVariable(value)
+    if type(value) is list:
+        return ListVariable([wrap_constant_result(v) for v in value])
+    if type(value) is tuple:
+        return TupleVariable([wrap_constant_result(v) for v in value])
+    if type(value) is dict:
+        return ConstDictVariable({k: wrap_constant_result(v) for k, v in value.items()})
+    unimplemented(f"a {type(value).__name__} computed from constants")

@@ -1,0 +1,282 @@
+"""Builtins and `operator` functions: folded on constants, recorded in the graph on tensors."""
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from typing import Any, Callable, Dict, List
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable, is_constant_value
+from .dicts import ConstDictVariable
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .tensor import TensorVariable
+
+# Functions that may be evaluated on constant arguments while tracing.
+_FOLDABLE = {
+    abs, all, any, bool, chr, divmod, float, format, hash, int, len, max, min, ord, pow, repr, round, str, sum,
+    bin, hex, oct, callable, tuple, frozenset, sorted,
+    *[getattr(math, name) for name in dir(math) if callable(getattr(math, name))],
+    *[getattr(operator, name) for name in dir(operator) if not name.startswith("_") and callable(getattr(operator, name))],
+}
+# Functions that the graph records when a tensor is among the arguments.
+_GRAPHABLE = {
+    abs, pow, divmod, *[getattr(operator, n) for n in (
+        "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor", "lshift",
+        "rshift", "neg", "pos", "invert", "lt", "le", "eq", "ne", "gt", "ge", "iadd", "isub", "imul",
+        "itruediv", "ifloordiv", "imod", "ipow", "imatmul", "iand", "ior", "ixor", "ilshift", "irshift",
+        "getitem", "not_", "abs", "index")],
+}
+_SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul, operator.getitem, operator.contains,
+                 operator.eq, operator.ne}
+
+
+class BuiltinVariable(VariableTracker):
+    def __init__(self, fn: Callable, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def describe(self) -> str:
+        return f"builtin {getattr(self.fn, '__name__', self.fn)}"
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_const(self.fn)
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        handler = getattr(self, f"_call_{getattr(self.fn, '__name__', '')}", None)
+        if handler is not None and getattr(builtins, self.fn.__name__, None) is self.fn:
+            result = handler(tx, *args, **kwargs)
+            if result is not None:
+                return result
+        if self.fn in _GRAPHABLE and any(isinstance(a, TensorVariable) for a in args) and not kwargs:
+            return tx.output.call_graph_op(tx, "call_function", self.fn, args, {})
+        if self.fn in _SEQUENCE_OPS and len(args) == 2:
+            result = self._sequence_op(tx, *args)
+            if result is not None:
+                return result
+        if self.fn in _FOLDABLE and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+            from .builder import wrap_constant_result
+
+            return wrap_constant_result(value)
+        if self.fn is operator.getitem and len(args) == 2:
+            return args[0].call_method(tx, "__getitem__", [args[1]], {})
+        if self.fn in (operator.setitem, operator.delitem):
+            name = "__setitem__" if self.fn is operator.setitem else "__delitem__"
+            return args[0].call_method(tx, name, list(args[1:]), {})
+        if self.fn in (operator.is_, operator.is_not) and len(args) == 2:
+            return self._identity(tx, *args)
+        if self.fn in (operator.eq, operator.ne) and len(args) == 2:
+            same = self._identity(tx, *args)
+            if same is not None and same.as_python_constant() is (self.fn is operator.eq):
+                return same
+        if self.fn is operator.not_ and len(args) == 1:
+            return ConstantVariable(not args[0].truthy(tx))
+        if self.fn is operator.truth and len(args) == 1:
+            return ConstantVariable(args[0].truthy(tx))
+        unimplemented(f"calling {self.describe()} with arguments ({', '.join(a.describe() for a in args)})")
+
+    # ---- sequences ----
+
+    def _sequence_op(self, tx, a: VariableTracker, b: VariableTracker):
+        fn = self.fn
+        if fn in (operator.add, operator.iadd) and isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
+            if fn is operator.iadd and isinstance(a, ListVariable):
+                a.call_method(tx, "extend", [b], {})
+                return a
+            if a.python_cls is b.python_cls:
+                return type(a)(a.items + b.items) if type(a) in (ListVariable, TupleVariable) else TupleVariable(a.items + b.items)
+        if fn in (operator.mul, operator.imul) and isinstance(a, BaseListVariable) and b.is_python_constant():
+            return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) else None
+        if fn is operator.getitem and isinstance(a, (BaseListVariable, ConstDictVariable)):
+            return a.call_method(tx, "__getitem__", [b], {})
+        if fn is operator.contains and isinstance(a, (BaseListVariable, ConstDictVariable)):
+            return self._contains(tx, a, b)
+        return None
+
+    def _contains(self, tx, container: VariableTracker, item: VariableTracker):
+        if isinstance(container, ConstDictVariable):
+            return ConstantVariable(item.as_python_constant() in container.items)
+        for element in container.items:
+            same = self._identity(tx, element, item)
+            if same is not None and same.as_python_constant():
+                return ConstantVariable(True)
+            if not (element.is_python_constant() and item.is_python_constant()):
+                unimplemented("'in' over a sequence holding non-constant values")
+            if element.as_python_constant() == item.as_python_constant():
+                return ConstantVariable(True)
+        return ConstantVariable(False)
+
+    def _identity(self, tx, a: VariableTracker, b: VariableTracker):
+        """`a is b` when it can be decided while tracing."""
+        negate = self.fn in (operator.is_not, operator.ne)
+        if a is b:
+            return ConstantVariable(not negate)
+        if a.is_python_constant() and b.is_python_constant():
+            x, y = a.as_python_constant(), b.as_python_constant()
+            same = x is y if self.fn in (operator.is_, operator.is_not) else x == y
+            return ConstantVariable(same != negate)
+        if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+            return ConstantVariable((a.node is b.node) != negate) if self.fn in (operator.is_, operator.is_not) else None
+        real_a, real_b = _identity_of(a), _identity_of(b)
+        if real_a is not None and real_b is not None:
+            return ConstantVariable((real_a is real_b) != negate)
+        if (a.is_python_constant() and a.as_python_constant() is None) or (b.is_python_constant() and b.as_python_constant() is None):
+            return ConstantVariable(negate)
+        return None
+
+    # ---- builtins with their own rules ----
+
+    def _call_len(self, tx, obj: VariableTracker):
+        if isinstance(obj, TensorVariable):
+            return ConstantVariable(len(obj.example))
+        if isinstance(obj, (BaseListVariable, ConstDictVariable)):
+            return ConstantVariable(len(obj.items))
+        if obj.has_unpack_var_sequence(tx):
+            return ConstantVariable(len(obj.unpack_var_sequence(tx)))
+        return obj.call_method(tx, "__len__", [], {})
+
+    def _call_isinstance(self, tx, obj: VariableTracker, classes: VariableTracker):
+        cls_value = classes.as_python_constant()
+        python_type = obj.python_type()
+        return ConstantVariable(issubclass(python_type, cls_value))
+
+    def _call_issubclass(self, tx, cls: VariableTracker, classes: VariableTracker):
+        return ConstantVariable(issubclass(cls.as_python_constant(), classes.as_python_constant()))
+
+    def _call_type(self, tx, obj: VariableTracker):
+        from .user_defined import UserDefinedClassVariable
+
+        return UserDefinedClassVariable(obj.python_type())
+
+    def _call_range(self, tx, *args: VariableTracker):
+        return ConstantVariable(range(*[a.as_python_constant() for a in args]))
+
+    def _call_iter(self, tx, obj: VariableTracker):
+        return ListIteratorVariable(obj.unpack_var_sequence(tx))
+
+    def _call_next(self, tx, iterator: VariableTracker, *default: VariableTracker):
+        if not isinstance(iterator, ListIteratorVariable):
+            unimplemented("next() on a non-iterator")
+        item = iterator.next_item()
+        if item is None:
+            if default:
+                return default[0]
+            unimplemented("next() on an exhausted iterator")
+        return item
+
+    def _call_zip(self, tx, *iterables: VariableTracker, strict: Any = None):
+        columns = [it.unpack_var_sequence(tx) for it in iterables]
+        return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+
+    def _call_enumerate(self, tx, iterable: VariableTracker, start: VariableTracker = ConstantVariable(0)):
+        first = start.as_python_constant()
+        items = iterable.unpack_var_sequence(tx)
+        return ListIteratorVariable([TupleVariable([ConstantVariable(first + i), v]) for i, v in enumerate(items)])
+
+    def _call_reversed(self, tx, seq: VariableTracker):
+        return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
+
+    def _call_list(self, tx, *args: VariableTracker):
+        return ListVariable(args[0].unpack_var_sequence(tx) if args else [])
+
+    def _call_tuple(self, tx, *args: VariableTracker):
+        if args and args[0].is_python_constant() and is_constant_value(tuple(args[0].as_python_constant())):
+            return ConstantVariable(tuple(args[0].as_python_constant()))
+        return TupleVariable(args[0].unpack_var_sequence(tx) if args else [])
+
+    def _call_dict(self, tx, *args: VariableTracker, **kwargs: VariableTracker):
+        items: Dict[Any, VariableTracker] = {}
+        if args:
+            if isinstance(args[0], ConstDictVariable):
+                items.update(args[0].items)
+            else:
+                for pair in args[0].unpack_var_sequence(tx):
+                    key, value = pair.unpack_var_sequence(tx)
+                    items[key.as_python_constant()] = value
+        items.update(kwargs)
+        return ConstDictVariable(items)
+
+    def _call_sorted(self, tx, seq: VariableTracker, **kwargs: VariableTracker):
+        if seq.is_python_constant() and all(v.is_python_constant() for v in kwargs.values()):
+            return None
+        unimplemented("sorted() over non-constant values")
+
+    def _call_sum(self, tx, seq: VariableTracker, start: VariableTracker = None):
+        if seq.is_python_constant() and (start is None or start.is_python_constant()):
+            return None
+        total = start or ConstantVariable(0)
+        add = BuiltinVariable(operator.add)
+        for item in seq.unpack_var_sequence(tx):
+            total = add.call_function(tx, [total, item], {})
+        return total
+
+    def _reduce_min_max(self, tx, args: List[VariableTracker]):
+        if len(args) == 1:
+            args = args[0].unpack_var_sequence(tx)
+        if all(a.is_python_constant() for a in args):
+            return ConstantVariable(self.fn(*[a.as_python_constant() for a in args]))
+        import torch
+
+        pick = torch.maximum if self.fn is max else torch.minimum
+        if len(args) == 2 and all(isinstance(a, TensorVariable) for a in args):
+            return tx.output.call_graph_op(tx, "call_function", pick, args, {})
+        unimplemented(f"{self.fn.__name__}() over tensors and Python values")
+
+    def _call_max(self, tx, *args: VariableTracker):
+        return self._reduce_min_max(tx, list(args))
+
+    def _call_min(self, tx, *args: VariableTracker):
+        return self._reduce_min_max(tx, list(args))
+
+    def _call_getattr(self, tx, obj: VariableTracker, name: VariableTracker, *default: VariableTracker):
+        attr = name.as_python_constant()
+        if default:
+            if not _has_attr(tx, obj, attr):
+                return default[0]
+        return obj.var_getattr(tx, attr)
+
+    def _call_hasattr(self, tx, obj: VariableTracker, name: VariableTracker):
+        return ConstantVariable(_has_attr(tx, obj, name.as_python_constant()))
+
+    def _call_bool(self, tx, *args: VariableTracker):
+        return ConstantVariable(args[0].truthy(tx) if args else False)
+
+    def _call_print(self, tx, *args, **kwargs):
+        unimplemented("print() is a side effect outside the graph")
+
+    def _call_id(self, tx, obj: VariableTracker):
+        identity = _identity_of(obj)
+        if identity is None:
+            unimplemented("id() of a value created while tracing")
+        return ConstantVariable(id(identity))
+
+
+def _identity_of(vt: VariableTracker):
+    """The real object behind a tracker that stands for one specific existing object, else None."""
+    for attr in ("module", "value", "fn", "obj", "cls"):
+        if hasattr(vt, attr) and not isinstance(vt, (ConstantVariable, TensorVariable)):
+            return getattr(vt, attr)
+    return None
+
+
+def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
+    from ..exc import Unsupported
+
+    if isinstance(obj, TensorVariable):
+        return hasattr(obj.example, name)
+    identity = _identity_of(obj)
+    if identity is not None:
+        return hasattr(identity, name)
+    try:
+        obj.var_getattr(tx, name)
+    except Unsupported:
+        return False
+    return True

@@ -1,0 +1,72 @@
+"""Python constants: numbers, strings, None, dtypes, devices, slices, ranges and tuples of them."""
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+import torch
+
+from ..exc import unimplemented
+from .base import VariableTracker
+
+_SCALARS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented))
+_OPAQUE = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def is_constant_value(value: Any) -> bool:
+    if isinstance(value, _SCALARS + _OPAQUE):
+        return True
+    if type(value) in (tuple, torch.Size, frozenset):
+        return all(is_constant_value(v) for v in value)
+    if type(value) is slice:
+        return all(is_constant_value(v) for v in (value.start, value.stop, value.step))
+    return type(value) is range
+
+
+# Methods of immutable constants that are pure: evaluated while tracing.
+_PURE_METHOD_TYPES = (int, float, bool, str, bytes, complex, tuple, torch.Size, range, slice, frozenset)
+
+
+class ConstantVariable(VariableTracker):
+    def __init__(self, value: Any, source=None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        return f"constant {self.value!r}"
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return isinstance(self.value, (tuple, range, str, frozenset, torch.Size))
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        if not self.has_unpack_var_sequence(tx):
+            unimplemented(f"iterating over {self.describe()}")
+        return [ConstantVariable(v) for v in self.value]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if isinstance(self.value, _PURE_METHOD_TYPES + _OPAQUE) and not name.startswith("__"):
+            attr = getattr(self.value, name)
+            if is_constant_value(attr):
+                return ConstantVariable(attr)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if not isinstance(self.value, _PURE_METHOD_TYPES) or not all(
+            a.is_python_constant() for a in [*args, *kwargs.values()]
+        ):
+            unimplemented(f"method {name} of {self.describe()} with non-constant arguments")
+        method = getattr(self.value, name, None)
+        if method is None:
+            unimplemented(f"{type(self.value).__name__} has no method {name}")
+        result = method(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+        from .builder import wrap_constant_result
+
+        return wrap_constant_result(result)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_const(self.value)

@@ -1,0 +1,192 @@
+"""User functions, methods and functions made by the traced code; calling one inlines it."""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Dict, List, Optional
+
+from ..exc import unimplemented
+from ..source import AttrSource, CellContentsSource, DefaultsSource, GetItemSource
+from .base import VariableTracker
+from .constant import ConstantVariable
+from .dicts import ConstDictVariable
+from .lists import TupleVariable
+from .misc import CellVariable
+
+CO_VARARGS, CO_VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
+CO_GENERATOR_LIKE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def bind_arguments(
+    code: types.CodeType,
+    args: List[VariableTracker],
+    kwargs: Dict[str, VariableTracker],
+    defaults: List[VariableTracker],
+    kwdefaults: Dict[str, VariableTracker],
+) -> Dict[str, VariableTracker]:
+    """Python's argument binding, over trackers. Mismatches are reported as unsupported, so the
+    frame runs in eager Python and raises the real TypeError."""
+    names = code.co_varnames
+    n_pos, n_kwonly = code.co_argcount, code.co_kwonlyargcount
+    positional, kwonly = names[:n_pos], names[n_pos : n_pos + n_kwonly]
+    index = n_pos + n_kwonly
+    varargs = names[index] if code.co_flags & CO_VARARGS else None
+    varkw = names[index + bool(varargs)] if code.co_flags & CO_VARKEYWORDS else None
+
+    bound: Dict[str, VariableTracker] = dict(zip(positional, args))
+    if len(args) > n_pos:
+        if varargs is None:
+            unimplemented(f"{code.co_name}() got too many positional arguments")
+        bound[varargs] = TupleVariable(list(args[n_pos:]))
+    elif varargs is not None:
+        bound[varargs] = TupleVariable([])
+    extra_kwargs: Dict[str, VariableTracker] = {}
+    for name, value in kwargs.items():
+        if name in positional[code.co_posonlyargcount :] or name in kwonly:
+            if name in bound:
+                unimplemented(f"{code.co_name}() got multiple values for argument '{name}'")
+            bound[name] = value
+        elif varkw is not None:
+            extra_kwargs[name] = value
+        else:
+            unimplemented(f"{code.co_name}() got an unexpected keyword argument '{name}'")
+    if varkw is not None:
+        bound[varkw] = ConstDictVariable(extra_kwargs)
+    first_default = n_pos - len(defaults)
+    for i, name in enumerate(positional):
+        if name not in bound and i >= first_default:
+            bound[name] = defaults[i - first_default]
+    for name in kwonly:
+        if name not in bound and name in kwdefaults:
+            bound[name] = kwdefaults[name]
+    missing = [n for n in (*positional, *kwonly) if n not in bound]
+    if missing:
+        unimplemented(f"{code.co_name}() missing arguments: {', '.join(missing)}")
+    return bound
+
+
+class BaseUserFunctionVariable(VariableTracker):
+    def get_code(self) -> types.CodeType:
+        raise NotImplementedError
+
+    def get_globals(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def bind(self, tx, args, kwargs) -> Dict[str, VariableTracker]:
+        raise NotImplementedError
+
+    def closure_cells(self, tx) -> Dict[str, VariableTracker]:
+        """Free variable name -> the CellVariable the function's code reads and writes."""
+        return {}
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if self.get_code().co_flags & CO_GENERATOR_LIKE:
+            unimplemented(f"calling generator or coroutine function {self.get_code().co_name}")
+        return tx.inline_user_function(self, args, kwargs)
+
+
+class UserFunctionVariable(BaseUserFunctionVariable):
+    def __init__(self, fn: types.FunctionType, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def describe(self) -> str:
+        return f"function {self.fn.__qualname__}"
+
+    def as_python_constant(self) -> Any:
+        return self.fn
+
+    def get_code(self) -> types.CodeType:
+        return self.fn.__code__
+
+    def get_globals(self) -> Dict[str, Any]:
+        return self.fn.__globals__
+
+    def _wrap_real(self, tx, value: Any, source) -> VariableTracker:
+        from .builder import VariableBuilder
+
+        return VariableBuilder(tx, source if self.source is not None else None)(value)
+
+    def bind(self, tx, args, kwargs) -> Dict[str, VariableTracker]:
+        defaults = [
+            self._wrap_real(tx, v, self.source and DefaultsSource(self.source, i))
+            for i, v in enumerate(self.fn.__defaults__ or ())
+        ]
+        kwdefaults = {
+            k: self._wrap_real(tx, v, self.source and DefaultsSource(self.source, k, kwonly=True))
+            for k, v in (self.fn.__kwdefaults__ or {}).items()
+        }
+        return bind_arguments(self.fn.__code__, args, kwargs, defaults, kwdefaults)
+
+    def closure_cells(self, tx) -> Dict[str, VariableTracker]:
+        cells: Dict[str, VariableTracker] = {}
+        for i, (name, cell) in enumerate(zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ())):
+            try:
+                contents = cell.cell_contents
+            except ValueError:
+                unimplemented(f"free variable '{name}' of {self.fn.__qualname__} is not yet bound")
+            source = self.source and CellContentsSource(GetItemSource(AttrSource(self.source, "__closure__"), i))
+            cells[name] = CellVariable(self._wrap_real(tx, contents, source), writable=False)
+        return cells
+
+
+class UserMethodVariable(UserFunctionVariable):
+    """A function bound to a tracked object: the object is passed as the first argument."""
+
+    def __init__(self, fn: types.FunctionType, obj: VariableTracker, source=None) -> None:
+        super().__init__(fn, source)
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"method {self.fn.__qualname__}"
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        return super().call_function(tx, [self.obj, *args], kwargs)
+
+
+class NestedUserFunctionVariable(BaseUserFunctionVariable):
+    """A function created by MAKE_FUNCTION in the traced code (lambdas, nested defs, comprehensions)."""
+
+    def __init__(
+        self,
+        code: types.CodeType,
+        f_globals: Dict[str, Any],
+        defaults: Optional[VariableTracker],
+        kwdefaults: Optional[VariableTracker],
+        closure: Optional[VariableTracker],
+    ) -> None:
+        super().__init__()
+        self.code = code
+        self.f_globals = f_globals
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.closure = closure
+
+    def describe(self) -> str:
+        return f"function {self.code.co_qualname}"
+
+    def get_code(self) -> types.CodeType:
+        return self.code
+
+    def get_globals(self) -> Dict[str, Any]:
+        return self.f_globals
+
+    def bind(self, tx, args, kwargs) -> Dict[str, VariableTracker]:
+        defaults = self.defaults.unpack_var_sequence(tx) if self.defaults is not None else []
+        kwdefaults = {}
+        if self.kwdefaults is not None:
+            kwdefaults = {k.as_python_constant(): self.kwdefaults.call_method(tx, "__getitem__", [k], {})
+                          for k in self.kwdefaults.unpack_var_sequence(tx)}
+        return bind_arguments(self.code, args, kwargs, defaults, kwdefaults)
+
+    def closure_cells(self, tx) -> Dict[str, VariableTracker]:
+        if self.closure is None:
+            return {}
+        cells = self.closure.unpack_var_sequence(tx)
+        return dict(zip(self.code.co_freevars, cells))

@@ -1,0 +1,179 @@
+"""Tuples, lists, named tuples and iterators over them."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+
+class BaseListVariable(VariableTracker):
+    python_cls: type = list
+
+    def __init__(self, items: List[VariableTracker], source=None) -> None:
+        super().__init__(source)
+        self.items = list(items)
+
+    def python_type(self) -> type:
+        return self.python_cls
+
+    def describe(self) -> str:
+        return f"{self.python_cls.__name__} of {len(self.items)}"
+
+    def as_python_constant(self) -> Any:
+        return self.python_cls([item.as_python_constant() for item in self.items])
+
+    def truthy(self, tx) -> bool:
+        return bool(self.items)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        return list(self.items)
+
+    def getitem(self, tx, index: Any) -> VariableTracker:
+        if isinstance(index, slice):
+            return type(self)(self.items[index])
+        return self.items[index]
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0].as_python_constant())
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "index" and len(args) == 1:
+            return ConstantVariable(self.as_python_constant().index(args[0].as_python_constant()))
+        if name == "count" and len(args) == 1:
+            return ConstantVariable(self.as_python_constant().count(args[0].as_python_constant()))
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(args[0].as_python_constant() in self.as_python_constant())
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> None:
+        for item in self.items:
+            codegen.reconstruct(item)
+        codegen.append("BUILD_LIST" if self.python_cls is list else "BUILD_TUPLE", len(self.items))
+
+
+class TupleVariable(BaseListVariable):
+    python_cls = tuple
+
+
+class ListVariable(BaseListVariable):
+    """A list. Lists created while tracing may be mutated; mutating an input list is not supported yet."""
+
+    python_cls = list
+
+    def _check_mutable(self, tx) -> None:
+        if self.source is not None:
+            unimplemented("mutating a list that the function received (side effects are not replayed yet)")
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        mutators = {"append", "extend", "insert", "pop", "clear", "reverse", "__setitem__", "__delitem__", "remove", "sort"}
+        if name in mutators:
+            self._check_mutable(tx)
+        if name == "append" and len(args) == 1:
+            self.items.append(args[0])
+        elif name == "extend" and len(args) == 1:
+            self.items.extend(args[0].unpack_var_sequence(tx))
+        elif name == "insert" and len(args) == 2:
+            self.items.insert(args[0].as_python_constant(), args[1])
+        elif name == "pop":
+            return self.items.pop(*[a.as_python_constant() for a in args])
+        elif name == "clear":
+            self.items.clear()
+        elif name == "reverse":
+            self.items.reverse()
+        elif name == "__setitem__" and len(args) == 2:
+            index = args[0].as_python_constant()
+            if isinstance(index, slice):
+                self.items[index] = args[1].unpack_var_sequence(tx)
+            else:
+                self.items[index] = args[1]
+        elif name == "__delitem__" and len(args) == 1:
+            del self.items[args[0].as_python_constant()]
+        elif name == "copy" and not args:
+            return ListVariable(list(self.items))
+        else:
+            return super().call_method(tx, name, args, kwargs)
+        return ConstantVariable(None)
+
+
+class NamedTupleVariable(TupleVariable):
+    """A namedtuple (or torch.return_types struct) whose fields are tracked one by one."""
+
+    def __init__(self, items: List[VariableTracker], tuple_cls: type, source=None) -> None:
+        super().__init__(items, source)
+        self.tuple_cls = tuple_cls
+
+    def python_type(self) -> type:
+        return self.tuple_cls
+
+    def describe(self) -> str:
+        return f"{self.tuple_cls.__name__} tuple"
+
+    def fields(self) -> List[str]:
+        return list(getattr(self.tuple_cls, "_fields", None) or getattr(self.tuple_cls, "n_fields_names", []))
+
+    def as_python_constant(self) -> Any:
+        return self.tuple_cls(*[item.as_python_constant() for item in self.items])
+
+    def getitem(self, tx, index: Any) -> VariableTracker:
+        if isinstance(index, slice):
+            return TupleVariable(self.items[index])
+        return self.items[index]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        names = list(getattr(self.tuple_cls, "_fields", ()))
+        if name in names:
+            return self.items[names.index(name)]
+        if hasattr(self.tuple_cls, "n_sequence_fields"):
+            index = _structseq_index(self.tuple_cls, name)
+            if index is not None:
+                return self.items[index]
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(getattr(self.tuple_cls, "_make", self.tuple_cls))
+        TupleVariable(self.items).reconstruct(codegen)
+        codegen.call(1)
+
+
+def _structseq_index(cls: type, name: str) -> Optional[int]:
+    """The position of field `name` in a C struct sequence such as torch.return_types.max."""
+    probe = cls(tuple(range(cls.n_sequence_fields)))
+    index = getattr(probe, name, None)
+    return index if isinstance(index, int) else None
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over a known sequence of values; advanced by FOR_ITER and next()."""
+
+    def __init__(self, items: List[VariableTracker], index: int = 0) -> None:
+        super().__init__()
+        self.items = items
+        self.index = index
+
+    def describe(self) -> str:
+        return "iterator"
+
+    def next_item(self) -> Optional[VariableTracker]:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        rest = self.items[self.index :]
+        self.index = len(self.items)
+        return rest
+
+    def reconstruct(self, codegen) -> None:
+        TupleVariable(self.items[self.index :]).reconstruct(codegen)
+        codegen.append("GET_ITER")

@@ -1,0 +1,116 @@
+"""Small trackers: the NULL marker, closure cells, Python modules, grad-mode contexts."""
+from __future__ import annotations
+
+import types
+from typing import Any, Optional
+
+import torch
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+
+class NullVariable(VariableTracker):
+    """The NULL that PUSH_NULL and LOAD_GLOBAL put below a callable."""
+
+    def describe(self) -> str:
+        return "NULL"
+
+    def reconstruct(self, codegen) -> None:
+        codegen.append("PUSH_NULL")
+
+
+class CellVariable(VariableTracker):
+    """A closure cell holding a tracker. Cells made by the traced code (MAKE_CELL) are writable;
+    a real cell of an existing function is not, since writes to it would have to be replayed."""
+
+    def __init__(self, contents: Optional[VariableTracker] = None, writable: bool = True) -> None:
+        super().__init__()
+        self.contents = contents
+        self.writable = writable
+
+    def describe(self) -> str:
+        return "closure cell"
+
+
+class PythonModuleVariable(VariableTracker):
+    def __init__(self, module: types.ModuleType, source=None) -> None:
+        super().__init__(source)
+        self.module = module
+
+    def python_type(self) -> type:
+        return types.ModuleType
+
+    def describe(self) -> str:
+        return f"module {self.module.__name__}"
+
+    def as_python_constant(self) -> Any:
+        return self.module
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .builder import VariableBuilder, is_stable_module
+        from ..source import AttrSource
+
+        if not hasattr(self.module, name):
+            unimplemented(f"module {self.module.__name__} has no attribute {name}")
+        value = getattr(self.module, name)
+        if is_stable_module(self.module) or self.source is None:
+            return VariableBuilder(tx, None)(value)
+        return VariableBuilder(tx, AttrSource(self.source, name))(value)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_const(self.module)
+
+
+class GradModeVariable(VariableTracker):
+    """torch.no_grad() / enable_grad() / set_grad_enabled(mode) as a context manager.
+
+    Entering and leaving record `torch._C._set_grad_enabled` in the graph, and switch the real
+    grad mode while tracing so that the fake tensors see what eager would."""
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__()
+        self.mode = mode
+        self.previous: Optional[bool] = None
+
+    def describe(self) -> str:
+        return f"grad mode context ({self.mode})"
+
+    def python_type(self) -> type:
+        return torch.autograd.grad_mode.set_grad_enabled
+
+    def set_mode(self, tx, mode: bool) -> None:
+        tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
+        torch._C._set_grad_enabled(mode)
+
+    def enter(self, tx) -> VariableTracker:
+        if self.previous is None:
+            self.previous = torch.is_grad_enabled()
+            self.set_mode(tx, self.mode)
+        return ConstantVariable(None)
+
+    def exit(self, tx) -> VariableTracker:
+        self.set_mode(tx, self.previous)
+        return ConstantVariable(None)
+
+    def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
+        if name == "__enter__":
+            return self.enter(tx)
+        if name == "__exit__":
+            return self.exit(tx)
+        return super().call_method(tx, name, args, kwargs)
+
+
+class WithExitVariable(VariableTracker):
+    """The bound __exit__ that BEFORE_WITH leaves on the stack."""
+
+    def __init__(self, context: VariableTracker) -> None:
+        super().__init__()
+        self.context = context
+
+    def describe(self) -> str:
+        return "__exit__ of a with block"
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        return self.context.call_method(tx, "__exit__", args, kwargs)

@@ -1,0 +1,96 @@
+"""Tensors: each is an fx node of the output graph plus a fake tensor carrying its metadata."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Dict, List
+
+import torch
+import torch.fx
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable
+
+# Metadata read while tracing; the tensor guards make these constants safe.
+_CONSTANT_ATTRS = ("shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "layout", "is_leaf", "is_sparse")
+_CONSTANT_METHODS = ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
+                     "is_floating_point", "is_complex", "element_size", "get_device", "storage_offset")
+_DATA_DEPENDENT = {
+    "item": "reading a tensor's value with .item()",
+    "tolist": "converting a tensor to a list with .tolist()",
+    "numpy": "converting a tensor to numpy",
+    "__bool__": "the truth value of a tensor",
+    "__int__": "converting a tensor to int",
+    "__float__": "converting a tensor to float",
+    "data_ptr": "reading a tensor's data pointer",
+    "backward": "calling .backward() inside a compiled region",
+}
+
+
+class TensorVariable(VariableTracker):
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None) -> None:
+        super().__init__(source)
+        self.node = node
+        self.example = example
+
+    def python_type(self) -> type:
+        return type(self.example) if not hasattr(self.example, "fake_mode") else torch.Tensor
+
+    def describe(self) -> str:
+        return f"tensor {self.node.name}"
+
+    def as_python_constant(self) -> Any:
+        unimplemented("using a tensor's value as a Python constant")
+
+    def truthy(self, tx) -> bool:
+        unimplemented("a branch on a tensor's value (data-dependent control flow)")
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in _CONSTANT_ATTRS:
+            return ConstantVariable(getattr(self.example, name))
+        if name in ("T", "mT", "H", "mH", "real", "imag", "grad_fn"):
+            if name == "grad_fn":
+                unimplemented("reading .grad_fn of a tensor")
+            return tx.output.call_graph_op(tx, "call_function", getattr, [self, ConstantVariable(name)], {})
+        if name in ("grad", "data"):
+            unimplemented(f"reading .{name} of a tensor")
+        return TensorMethodVariable(self, name)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return self.example.dim() > 0
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        if self.example.dim() == 0:
+            unimplemented("iterating over a 0-d tensor")
+        return [
+            tx.output.call_graph_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
+            for i in range(self.example.shape[0])
+        ]
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name in _DATA_DEPENDENT:
+            unimplemented(_DATA_DEPENDENT[name])
+        if name in _CONSTANT_METHODS and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            const_args = [a.as_python_constant() for a in args]
+            const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+            return ConstantVariable(getattr(self.example, name)(*const_args, **const_kwargs))
+        if name == "type" and not args and not kwargs:
+            return ConstantVariable(self.example.type())
+        if name in ("register_hook", "retain_grad"):
+            unimplemented(f"tensor.{name}()")
+        return tx.output.call_graph_op(tx, "call_method", name, [self, *args], kwargs)
+
+
+class TensorMethodVariable(VariableTracker):
+    """`tensor.method` before it is called."""
+
+    def __init__(self, tensor: TensorVariable, name: str) -> None:
+        super().__init__()
+        self.tensor = tensor
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method Tensor.{self.name}"
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        return self.tensor.call_method(tx, self.name, args, kwargs)
