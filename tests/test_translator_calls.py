@@ -14,6 +14,7 @@ from translator_harness import (  # noqa: F401
     fresh_dynamo,
     optimize,
     rand,
+    reference_only_skip,
 )
 
 
@@ -374,3 +375,22 @@ def test_compiled_calling_compiled():
     assert_equal(c_inner(x), inner(x))
     assert_equal(c_outer(x), outer(x))
     assert cnt.frame_count == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# optimize(...) as a context manager
+# ---------------------------------------------------------------------------------------------
+@reference_only_skip("torch 2.13 raises when optimize(...) is used as a context manager")
+def test_optimize_as_context_manager():
+    cnt = CompileCounter()
+
+    def g(x):
+        return h_defaults(x).relu() * 2
+
+    x = rand(3)
+    with optimize(cnt, nopython=True):
+        out = g(x)
+    assert_equal(out, g(x))
+    assert cnt.frame_count == 1
+    g(x)  # outside the block: not compiled again
+    assert cnt.frame_count == 1

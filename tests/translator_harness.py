@@ -28,10 +28,13 @@ if REFERENCE:
 
     # minidynamo specialises on shapes and on int/float values; make the reference do the same so
     # graph counts agree (a new shape or a new scalar value is a recompile, never a dynamic graph).
-    _dynamo_config.automatic_dynamic_shapes = False
-    _dynamo_config.assume_static_by_default = True
-    _dynamo_config.specialize_float = True
-    _dynamo_config.specialize_int = True
+    # Applied per test by the fresh_dynamo fixture, so other suites in the same run are unaffected.
+    _REFERENCE_CONFIG = dict(
+        automatic_dynamic_shapes=False,
+        assume_static_by_default=True,
+        specialize_float=True,
+        specialize_int=True,
+    )
 else:
     import minidynamo as _dynamo
     from minidynamo.testing import CompileCounter
@@ -94,7 +97,11 @@ minidynamo_only = pytest.mark.skipif(REFERENCE, reason="checks minidynamo intern
 def fresh_dynamo():
     """Autouse (import it into each test module): every test starts and ends with empty caches."""
     reset()
-    yield
+    if REFERENCE:
+        with _dynamo_config.patch(**_REFERENCE_CONFIG):
+            yield
+    else:
+        yield
     reset()
 
 
