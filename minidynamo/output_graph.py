@@ -15,6 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from . import eval_frame
 from .bytecode_transformation import assemble, frame_prologue
 from .pycodegen import PyCodegen
+from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
 from .guards import Guard, GuardKind
 from .source import AttrSource, Source
@@ -57,6 +58,7 @@ class OutputGraph:
         self.fake_mode = FakeTensorMode()
         self._inputs_by_source: Dict[str, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
+        self.side_effects = SideEffects()
 
     # ---- guards and inputs ----
 
@@ -148,10 +150,11 @@ class OutputGraph:
     def compile_and_return(self, tx, value: VariableTracker) -> types.CodeType:
         """Generated code: call the compiled graph, then build `value` from its outputs and return it."""
         codegen = PyCodegen(self.code)
-        outputs = _graph_outputs(value)
+        outputs = _graph_outputs([value, *self.side_effects.values()])
         if outputs or self.has_ops():
             self.add_guard(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
             self.call_compiled_graph(codegen, outputs)
+        self.side_effects.codegen(codegen)
         codegen.reconstruct(value)
         codegen.append("RETURN_VALUE")
         return assemble(frame_prologue(self.code) + codegen.instructions, like=self.code)
@@ -216,8 +219,9 @@ def _as_example(value: Any) -> Any:
     return value
 
 
-def _graph_outputs(value: VariableTracker) -> List[TensorVariable]:
-    """Tensors in a return value that the graph must produce (inputs and parameters are reloaded)."""
+def _graph_outputs(values: List[VariableTracker]) -> List[TensorVariable]:
+    """Tensors in returned or stored values that the graph must produce (inputs and parameters
+    are reloaded from their sources)."""
     found: Dict[torch.fx.Node, TensorVariable] = {}
 
     def visit(v: VariableTracker) -> None:
@@ -230,6 +234,10 @@ def _graph_outputs(value: VariableTracker) -> List[TensorVariable]:
         elif isinstance(v, ConstDictVariable):
             for item in v.items.values():
                 visit(item)
+        else:
+            for item in getattr(v, "attrs", {}).values():
+                visit(item)
 
-    visit(value)
+    for value in values:
+        visit(value)
     return list(found.values())

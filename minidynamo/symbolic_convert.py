@@ -6,6 +6,7 @@ runs a called user function inside its caller's graph.
 """
 from __future__ import annotations
 
+import inspect
 import linecache
 import operator
 import sys
@@ -31,6 +32,7 @@ from .variables import (
     NestedUserFunctionVariable,
     NullVariable,
     PythonModuleVariable,
+    SetVariable,
     TensorVariable,
     TupleVariable,
     VariableBuilder,
@@ -123,6 +125,8 @@ class InstructionTranslatorBase:
         self.current_instruction: Optional[Instr] = None
         self.kw_names: Optional[tuple] = None
         self.steps = 0
+        # Values yielded so far when this runs a generator function (run to completion eagerly).
+        self.generated: Optional[List[VariableTracker]] = None
 
     # ---- the interpreter loop ----
 
@@ -192,6 +196,9 @@ class InstructionTranslatorBase:
         return GetItemSource(self.globals_source, name)
 
     def load_global(self, name: str) -> VariableTracker:
+        pending = self.output.side_effects.pending_global(id(self.f_globals), name)
+        if pending is not None:
+            return pending
         if name in self.f_globals:
             return VariableBuilder(self, self.global_source(name))(self.f_globals[name])
         builtins_ns = self.f_builtins if isinstance(self.f_builtins, dict) else vars(self.f_builtins)
@@ -219,7 +226,7 @@ class InstructionTranslatorBase:
         self.push(self.load_global(name))
 
     def STORE_GLOBAL(self, inst: Instr) -> None:
-        unimplemented(f"assigning the global '{inst.arg}'")
+        self.output.side_effects.store_global(id(self.f_globals), self.globals_source, inst.arg, self.pop())
 
     def MAKE_CELL(self, inst: Instr) -> None:
         name = inst.arg.name
@@ -243,7 +250,9 @@ class InstructionTranslatorBase:
     def STORE_DEREF(self, inst: Instr) -> None:
         cell = self.cell(inst.arg.name)
         if not cell.writable:
-            unimplemented(f"assigning the variable '{inst.arg.name}' of an enclosing function (nonlocal)")
+            if cell.frame_free_name is None and cell.cell_source is None:
+                unimplemented(f"assigning the variable '{inst.arg.name}' of an enclosing function (nonlocal)")
+            self.output.side_effects.store_cell(cell, cell.frame_free_name, cell.cell_source)
         cell.contents = self.pop()
 
     def LOAD_CLOSURE(self, inst: Instr) -> None:
@@ -261,9 +270,8 @@ class InstructionTranslatorBase:
         self.push(BoundMethodCall(obj, inst.arg))
 
     def STORE_ATTR(self, inst: Instr) -> None:
-        obj = self.pop()
-        self.pop()
-        unimplemented(f"assigning attribute '{inst.arg}' of {obj.describe()}")
+        obj, value = self.pop(), self.pop()
+        obj.store_attr(self, inst.arg, value)
 
     def DELETE_ATTR(self, inst: Instr) -> None:
         unimplemented(f"deleting attribute '{inst.arg}'")
@@ -320,10 +328,7 @@ class InstructionTranslatorBase:
         self.push(ListVariable(self.popn(inst.arg)))
 
     def BUILD_SET(self, inst: Instr) -> None:
-        items = self.popn(inst.arg)
-        if not all(i.is_python_constant() for i in items):
-            unimplemented("a set of non-constant values")
-        self.push(ConstantVariable(frozenset(i.as_python_constant() for i in items)))
+        self.push(SetVariable(self.popn(inst.arg)))
 
     def BUILD_MAP(self, inst: Instr) -> None:
         flat = self.popn(2 * inst.arg)
@@ -370,7 +375,12 @@ class InstructionTranslatorBase:
     DICT_MERGE = DICT_UPDATE
 
     def SET_ADD(self, inst: Instr) -> None:
-        unimplemented("set comprehensions")
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "add", [value], {})
+
+    def SET_UPDATE(self, inst: Instr) -> None:
+        value = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [value], {})
 
     def UNPACK_SEQUENCE(self, inst: Instr) -> None:
         items = self.pop().unpack_var_sequence(self)
@@ -512,6 +522,23 @@ class InstructionTranslatorBase:
     def RAISE_VARARGS(self, inst: Instr) -> None:
         unimplemented("raising an exception")
 
+    def RETURN_GENERATOR(self, inst: Instr) -> None:
+        if self.generated is None:
+            unimplemented("a generator frame")
+        self.push(ConstantVariable(None))
+
+    def YIELD_VALUE(self, inst: Instr) -> None:
+        if self.generated is None:
+            unimplemented("yield outside an inlined generator")
+        self.generated.append(self.pop())
+        self.push(ConstantVariable(None))
+
+    def LOAD_NAME(self, inst: Instr) -> None:
+        unimplemented("module-level or class-body code")
+
+    def RETURN_VALUE(self, inst: Instr) -> bool:
+        raise NotImplementedError
+
 
 class BoundMethodCall(VariableTracker):
     """`obj.name` pushed by LOAD_METHOD; calling it asks `obj` to run its method."""
@@ -542,7 +569,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_freevars:
             if name in self.f_locals:
                 value = VariableBuilder(self, LocalSource(name))(self.f_locals[name])
-                self.cells[name] = CellVariable(value, writable=False)
+                self.cells[name] = CellVariable(value, writable=False, frame_free_name=name)
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         if name in self.f_locals:
@@ -586,6 +613,10 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         tracer = InliningInstructionTranslator(
             parent, code, f_globals, bound, cells, parent.output_globals_source(f_globals, fn), depth
         )
+        if code.co_flags & inspect.CO_GENERATOR:
+            tracer.generated = []
+            tracer.run()
+            return ListIteratorVariable(tracer.generated)
         tracer.run()
         if tracer.return_value is None:
             unimplemented(f"{code.co_name} did not return")

@@ -4,7 +4,7 @@ from .builtin import BuiltinVariable
 from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, SetVariable, TupleVariable
 from .misc import CellVariable, GradModeVariable, NullVariable, PythonModuleVariable, WithExitVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
@@ -26,6 +26,7 @@ __all__ = [
     "NestedUserFunctionVariable",
     "NullVariable",
     "PythonModuleVariable",
+    "SetVariable",
     "TensorVariable",
     "TorchVariable",
     "TupleVariable",

@@ -40,6 +40,9 @@ class VariableTracker:
     def var_getattr(self, tx: "InstructionTranslatorBase", name: str) -> "VariableTracker":
         unimplemented(f"reading attribute '{name}' of {self.describe()}")
 
+    def store_attr(self, tx: "InstructionTranslatorBase", name: str, value: "VariableTracker") -> None:
+        unimplemented(f"assigning attribute '{name}' of {self.describe()}")
+
     def call_function(
         self, tx: "InstructionTranslatorBase", args: List["VariableTracker"], kwargs: Dict[str, "VariableTracker"]
     ) -> "VariableTracker":

@@ -18,7 +18,7 @@ from .builtin import BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import UserFunctionVariable, UserMethodVariable
-from .lists import ListVariable, NamedTupleVariable, TupleVariable
+from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
 from .misc import PythonModuleVariable
 from .nn_module import NNModuleVariable
 from .torch import TorchVariable
@@ -27,7 +27,7 @@ from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 _STABLE_MODULES = (builtins, math, operator, functools)
 # Builtin classes that behave like functions when called while tracing.
 _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, range, zip, enumerate, reversed,
-                  type, slice, map, filter)
+                  type, slice, map, filter, super)
 
 
 def is_torch_object(value: Any) -> bool:
@@ -71,6 +71,19 @@ class VariableBuilder:
             self.guard(GuardKind.TYPE_MATCH, type(value))
             items = [VariableBuilder(tx, source and GetItemSource(source, i))(v) for i, v in enumerate(value)]
             return NamedTupleVariable(items, type(value), source)
+        if type(value) is set and all(is_constant_value(v) for v in value):
+            self.guard(GuardKind.EQUALS_MATCH, value)
+            return SetVariable([ConstantVariable(v) for v in value], source)
+        if isinstance(value, functools.partial):
+            from .functions import PartialVariable
+
+            self.guard(GuardKind.TYPE_MATCH, type(value))
+            func = VariableBuilder(tx, source and AttrSource(source, "func"))(value.func)
+            args = [VariableBuilder(tx, source and GetItemSource(AttrSource(source, "args"), i))(v)
+                    for i, v in enumerate(value.args)]
+            kwargs = {k: VariableBuilder(tx, source and GetItemSource(AttrSource(source, "keywords"), k))(v)
+                      for k, v in value.keywords.items()}
+            return PartialVariable(func, args, kwargs)
         if type(value) is dict and all(is_constant_value(k) for k in value):
             self.guard(GuardKind.DICT_KEYS, value)
             items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
@@ -87,6 +100,8 @@ class VariableBuilder:
         if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             return UserMethodVariable(value.__func__, owner)
+        if value is object.__setattr__ or value is object.__init__ or value in (functools.partial, operator.itemgetter, operator.attrgetter):
+            return BuiltinVariable(value)
         if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
             self.guard(GuardKind.ID_MATCH, value)
             return BuiltinVariable(value, source)
@@ -107,4 +122,6 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return TupleVariable([wrap_constant_result(v) for v in value])
     if type(value) is dict:
         return ConstDictVariable({k: wrap_constant_result(v) for k, v in value.items()})
+    if type(value) is set:
+        return SetVariable([ConstantVariable(v) for v in value])
     unimplemented(f"a {type(value).__name__} computed from constants")

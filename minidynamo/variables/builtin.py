@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import operator
 from typing import Any, Callable, Dict, List
@@ -29,7 +30,7 @@ _GRAPHABLE = {
         "getitem", "not_", "abs", "index")],
 }
 _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul, operator.getitem, operator.contains,
-                 operator.eq, operator.ne}
+                 operator.eq, operator.ne, operator.or_, operator.ior}
 
 
 class BuiltinVariable(VariableTracker):
@@ -50,6 +51,17 @@ class BuiltinVariable(VariableTracker):
         codegen.load_const(self.fn)
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if self.fn is object.__init__:
+            return ConstantVariable(None)
+        if self.fn is object.__setattr__ and len(args) == 3:
+            args[0].store_attr(tx, args[1].as_python_constant(), args[2])
+            return ConstantVariable(None)
+        if self.fn is functools.partial and args:
+            from .functions import PartialVariable
+
+            return PartialVariable(args[0], list(args[1:]), dict(kwargs))
+        if self.fn in (operator.itemgetter, operator.attrgetter) and args and not kwargs:
+            return GetterVariable(self.fn, [a.as_python_constant() for a in args])
         handler = getattr(self, f"_call_{getattr(self.fn, '__name__', '')}", None)
         if handler is not None and getattr(builtins, self.fn.__name__, None) is self.fn:
             result = handler(tx, *args, **kwargs)
@@ -95,6 +107,11 @@ class BuiltinVariable(VariableTracker):
                 return type(a)(a.items + b.items) if type(a) in (ListVariable, TupleVariable) else TupleVariable(a.items + b.items)
         if fn in (operator.mul, operator.imul) and isinstance(a, BaseListVariable) and b.is_python_constant():
             return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) else None
+        if fn in (operator.or_, operator.ior) and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
+            if fn is operator.ior:
+                a.call_method(tx, "update", [b], {})
+                return a
+            return ConstDictVariable({**a.items, **b.items})
         if fn is operator.getitem and isinstance(a, (BaseListVariable, ConstDictVariable)):
             return a.call_method(tx, "__getitem__", [b], {})
         if fn is operator.contains and isinstance(a, (BaseListVariable, ConstDictVariable)):
@@ -204,10 +221,23 @@ class BuiltinVariable(VariableTracker):
         items.update(kwargs)
         return ConstDictVariable(items)
 
-    def _call_sorted(self, tx, seq: VariableTracker, **kwargs: VariableTracker):
-        if seq.is_python_constant() and all(v.is_python_constant() for v in kwargs.values()):
-            return None
-        unimplemented("sorted() over non-constant values")
+    def _call_sorted(self, tx, seq: VariableTracker, key: VariableTracker = None, reverse: VariableTracker = None):
+        return ListVariable(sort_items(tx, seq.unpack_var_sequence(tx), key, reverse))
+
+    def _call_slice(self, tx, *args: VariableTracker):
+        return ConstantVariable(slice(*[a.as_python_constant() for a in args]))
+
+    def _call_map(self, tx, fn: VariableTracker, *iterables: VariableTracker):
+        columns = [it.unpack_var_sequence(tx) for it in iterables]
+        return ListIteratorVariable([fn.call_function(tx, list(row), {}) for row in zip(*columns)])
+
+    def _call_filter(self, tx, fn: VariableTracker, iterable: VariableTracker):
+        keep = []
+        for item in iterable.unpack_var_sequence(tx):
+            test = item if _is_none(fn) else fn.call_function(tx, [item], {})
+            if test.truthy(tx):
+                keep.append(item)
+        return ListIteratorVariable(keep)
 
     def _call_sum(self, tx, seq: VariableTracker, start: VariableTracker = None):
         if seq.is_python_constant() and (start is None or start.is_python_constant()):
@@ -249,6 +279,16 @@ class BuiltinVariable(VariableTracker):
     def _call_bool(self, tx, *args: VariableTracker):
         return ConstantVariable(args[0].truthy(tx) if args else False)
 
+    def _call_super(self, tx, *args: VariableTracker):
+        from .user_defined import SuperVariable
+
+        if args:
+            return SuperVariable(args[0].as_python_constant(), args[1])
+        cls = tx.cell("__class__").contents.as_python_constant()
+        first = tx.code.co_varnames[0]
+        obj = tx.symbolic_locals.get(first) or tx.cell(first).contents
+        return SuperVariable(cls, obj)
+
     def _call_print(self, tx, *args, **kwargs):
         unimplemented("print() is a side effect outside the graph")
 
@@ -280,3 +320,42 @@ def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     except Unsupported:
         return False
     return True
+
+
+def _is_none(vt: VariableTracker) -> bool:
+    return isinstance(vt, ConstantVariable) and vt.value is None
+
+
+def sort_items(tx, items: List[VariableTracker], key: VariableTracker = None, reverse: VariableTracker = None) -> List[VariableTracker]:
+    """`sorted()` over trackers whose sort keys are constants (a `key` function is traced per item)."""
+    if key is None or _is_none(key):
+        keys = [item.as_python_constant() for item in items]
+    else:
+        keys = [key.call_function(tx, [item], {}).as_python_constant() for item in items]
+    order = sorted(range(len(items)), key=keys.__getitem__, reverse=bool(reverse and reverse.as_python_constant()))
+    return [items[i] for i in order]
+
+
+class GetterVariable(VariableTracker):
+    """operator.itemgetter(...) / operator.attrgetter(...) made while tracing."""
+
+    def __init__(self, kind: Callable, keys: List[Any]) -> None:
+        super().__init__()
+        self.kind = kind
+        self.keys = keys
+
+    def describe(self) -> str:
+        return f"{self.kind.__name__}{tuple(self.keys)!r}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        (obj,) = args
+        results = []
+        for key in self.keys:
+            if self.kind is operator.itemgetter:
+                results.append(BuiltinVariable(operator.getitem).call_function(tx, [obj, ConstantVariable(key)], {}))
+            else:
+                value = obj
+                for part in key.split("."):
+                    value = value.var_getattr(tx, part)
+                results.append(value)
+        return results[0] if len(results) == 1 else TupleVariable(results)

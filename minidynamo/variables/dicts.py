@@ -33,9 +33,9 @@ class ConstDictVariable(VariableTracker):
     def unpack_var_sequence(self, tx) -> List[VariableTracker]:
         return [ConstantVariable(k) for k in self.items]
 
-    def _check_mutable(self) -> None:
+    def _check_mutable(self, tx) -> None:
         if self.source is not None:
-            unimplemented("mutating a dict that the function received (side effects are not replayed yet)")
+            tx.output.side_effects.mutate_container(self)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         const_args = [a.as_python_constant() for a in args] if name in ("__getitem__", "get", "__contains__", "pop", "__delitem__") else []
@@ -59,7 +59,7 @@ class ConstDictVariable(VariableTracker):
         if name == "copy":
             return ConstDictVariable(self.items, self.user_cls)
         if name in ("__setitem__", "update", "pop", "__delitem__", "setdefault", "clear"):
-            self._check_mutable()
+            self._check_mutable(tx)
             if name == "__setitem__":
                 self.items[args[0].as_python_constant()] = args[1]
             elif name == "update":
@@ -85,6 +85,9 @@ class ConstDictVariable(VariableTracker):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> None:
+        if self.source is not None:  # the caller's own dict object
+            self.source.reconstruct(codegen)
+            return
         if self.user_cls is not dict:
             unimplemented(f"returning a {self.user_cls.__name__} built while tracing")
         for key, value in self.items.items():

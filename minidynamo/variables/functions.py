@@ -14,7 +14,7 @@ from .lists import TupleVariable
 from .misc import CellVariable
 
 CO_VARARGS, CO_VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
-CO_GENERATOR_LIKE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 def bind_arguments(
@@ -83,8 +83,8 @@ class BaseUserFunctionVariable(VariableTracker):
         return types.FunctionType
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        if self.get_code().co_flags & CO_GENERATOR_LIKE:
-            unimplemented(f"calling generator or coroutine function {self.get_code().co_name}")
+        if self.get_code().co_flags & CO_ASYNC:
+            unimplemented(f"calling coroutine function {self.get_code().co_name}")
         return tx.inline_user_function(self, args, kwargs)
 
 
@@ -128,8 +128,10 @@ class UserFunctionVariable(BaseUserFunctionVariable):
                 contents = cell.cell_contents
             except ValueError:
                 unimplemented(f"free variable '{name}' of {self.fn.__qualname__} is not yet bound")
-            source = self.source and CellContentsSource(GetItemSource(AttrSource(self.source, "__closure__"), i))
-            cells[name] = CellVariable(self._wrap_real(tx, contents, source), writable=False)
+            cell_source = self.source and GetItemSource(AttrSource(self.source, "__closure__"), i)
+            contents_source = cell_source and CellContentsSource(cell_source)
+            cells[name] = CellVariable(self._wrap_real(tx, contents, contents_source), writable=False,
+                                       cell_source=cell_source)
         return cells
 
 
@@ -190,3 +192,19 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
             return {}
         cells = self.closure.unpack_var_sequence(tx)
         return dict(zip(self.code.co_freevars, cells))
+
+
+class PartialVariable(VariableTracker):
+    """functools.partial(fn, *args, **kwargs): calling it calls `fn` with the stored arguments first."""
+
+    def __init__(self, func: VariableTracker, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> None:
+        super().__init__()
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+
+    def describe(self) -> str:
+        return f"partial({self.func.describe()})"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        return self.func.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})

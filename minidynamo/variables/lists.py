@@ -1,6 +1,7 @@
 """Tuples, lists, named tuples and iterators over them."""
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented
@@ -52,6 +53,9 @@ class BaseListVariable(VariableTracker):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> None:
+        if self.source is not None and self.python_cls is list:  # the caller's own list object
+            self.source.reconstruct(codegen)
+            return
         for item in self.items:
             codegen.reconstruct(item)
         codegen.append("BUILD_LIST" if self.python_cls is list else "BUILD_TUPLE", len(self.items))
@@ -68,10 +72,19 @@ class ListVariable(BaseListVariable):
 
     def _check_mutable(self, tx) -> None:
         if self.source is not None:
-            unimplemented("mutating a list that the function received (side effects are not replayed yet)")
+            tx.output.side_effects.mutate_container(self)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         mutators = {"append", "extend", "insert", "pop", "clear", "reverse", "__setitem__", "__delitem__", "remove", "sort"}
+        if name == "remove" and len(args) == 1:
+            self._check_mutable(tx)
+            from .builtin import BuiltinVariable
+
+            for i, item in enumerate(self.items):
+                if BuiltinVariable(operator.eq).call_function(tx, [item, args[0]], {}).truthy(tx):
+                    del self.items[i]
+                    return ConstantVariable(None)
+            unimplemented("list.remove of a missing element")
         if name in mutators:
             self._check_mutable(tx)
         if name == "append" and len(args) == 1:
@@ -96,9 +109,69 @@ class ListVariable(BaseListVariable):
             del self.items[args[0].as_python_constant()]
         elif name == "copy" and not args:
             return ListVariable(list(self.items))
+        elif name == "sort":
+            from .builtin import sort_items
+
+            self.items = sort_items(tx, self.items, kwargs.get("key"), kwargs.get("reverse"))
         else:
             return super().call_method(tx, name, args, kwargs)
         return ConstantVariable(None)
+
+
+class SetVariable(BaseListVariable):
+    """A set of constants (sets of tensors or objects are not tracked)."""
+
+    python_cls = set
+
+    def __init__(self, items: List[VariableTracker], source=None) -> None:
+        super().__init__([], source)
+        for item in items:
+            self.add(item)
+
+    def add(self, item: VariableTracker) -> None:
+        value = item.as_python_constant()
+        if all(existing.as_python_constant() != value for existing in self.items):
+            self.items.append(item)
+
+    def getitem(self, tx, index: Any) -> VariableTracker:
+        unimplemented("indexing a set")
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if self.source is not None and name in ("add", "update", "discard", "remove", "clear", "pop"):
+            tx.output.side_effects.mutate_container(self)
+        if name == "add" and len(args) == 1:
+            self.add(args[0])
+        elif name == "update":
+            for arg in args:
+                for item in arg.unpack_var_sequence(tx):
+                    self.add(item)
+        elif name in ("discard", "remove") and len(args) == 1:
+            value = args[0].as_python_constant()
+            kept = [i for i in self.items if i.as_python_constant() != value]
+            if name == "remove" and len(kept) == len(self.items):
+                unimplemented("set.remove of a missing element")
+            self.items = kept
+        elif name == "clear":
+            self.items.clear()
+        elif name == "__contains__" and len(args) == 1:
+            return ConstantVariable(args[0].as_python_constant() in self.as_python_constant())
+        elif name == "__len__":
+            return ConstantVariable(len(self.items))
+        elif all(a.is_python_constant() for a in args) and hasattr(set, name) and name not in ("pop",):
+            from .builder import wrap_constant_result
+
+            return wrap_constant_result(getattr(self.as_python_constant(), name)(*[a.as_python_constant() for a in args]))
+        else:
+            unimplemented(f"set.{name}")
+        return ConstantVariable(None)
+
+    def reconstruct(self, codegen) -> None:
+        if self.source is not None:
+            self.source.reconstruct(codegen)
+            return
+        for item in self.items:
+            codegen.reconstruct(item)
+        codegen.append("BUILD_SET", len(self.items))
 
 
 class NamedTupleVariable(TupleVariable):
@@ -124,6 +197,17 @@ class NamedTupleVariable(TupleVariable):
         if isinstance(index, slice):
             return TupleVariable(self.items[index])
         return self.items[index]
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        fields = list(getattr(self.tuple_cls, "_fields", ()))
+        if name == "_asdict" and fields:
+            from .dicts import ConstDictVariable
+
+            return ConstDictVariable(dict(zip(fields, self.items)))
+        if name == "_replace" and fields and not args:
+            items = [kwargs.get(f, item) for f, item in zip(fields, self.items)]
+            return NamedTupleVariable(items, self.tuple_cls)
+        return super().call_method(tx, name, args, kwargs)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         names = list(getattr(self.tuple_cls, "_fields", ()))

@@ -25,10 +25,19 @@ class CellVariable(VariableTracker):
     """A closure cell holding a tracker. Cells made by the traced code (MAKE_CELL) are writable;
     a real cell of an existing function is not, since writes to it would have to be replayed."""
 
-    def __init__(self, contents: Optional[VariableTracker] = None, writable: bool = True) -> None:
+    def __init__(
+        self,
+        contents: Optional[VariableTracker] = None,
+        writable: bool = True,
+        frame_free_name: Optional[str] = None,
+        cell_source=None,
+    ) -> None:
         super().__init__()
         self.contents = contents
         self.writable = writable
+        # How generated code writes a real cell back: STORE_DEREF in the frame, or via the cell object.
+        self.frame_free_name = frame_free_name
+        self.cell_source = cell_source
 
     def describe(self) -> str:
         return "closure cell"

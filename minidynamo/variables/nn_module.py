@@ -41,7 +41,15 @@ class NNModuleVariable(VariableTracker):
 
         return VariableBuilder(tx, source)(value)
 
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if self.source is None or name in self.module._parameters or name in self.module._modules:
+            super().store_attr(tx, name, value)
+        tx.output.side_effects.store_attr(self, self.module, name, value)
+
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        pending = tx.output.side_effects.pending_attr(self.module, name)
+        if pending is not None:
+            return pending
         module = self.module
         source = self.source and AttrSource(self.source, name)
         if name in module._parameters or name in module._buffers:

@@ -49,6 +49,10 @@ class UserDefinedClassVariable(VariableTracker):
         from .builder import VariableBuilder
 
         static = inspect.getattr_static(self.cls, name, None)
+        if static is object.__setattr__ or static is object.__init__:
+            from .builtin import BuiltinVariable
+
+            return BuiltinVariable(static)
         if isinstance(static, (staticmethod, classmethod)):
             return lookup_class_attribute(tx, self, self.cls, name, None)
         if isinstance(static, types.FunctionType):
@@ -75,7 +79,7 @@ class UserDefinedClassVariable(VariableTracker):
                 else:
                     unimplemented(f"{self.cls.__name__}() missing field {name}")
             return NamedTupleVariable(values, self.cls)
-        unimplemented(f"creating an instance of {self.cls.__qualname__} inside a compiled region")
+        return NewObjectVariable.create(tx, self.cls, args, kwargs)
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -92,6 +96,9 @@ class UserDefinedObjectVariable(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .builder import VariableBuilder
 
+        pending = tx.output.side_effects.pending_attr(self.obj, name)
+        if pending is not None:
+            return pending
         attr_source = self.source and AttrSource(self.source, name)
         cls = type(self.obj)
         if "__getattribute__" in vars(cls) or (type(cls).__getattribute__ is not type.__getattribute__):
@@ -107,6 +114,11 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"{cls.__qualname__}.__getattr__")
         unimplemented(f"{cls.__qualname__} object has no attribute '{name}'")
 
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if self.source is None or _has_custom_setattr(type(self.obj)):
+            super().store_attr(tx, name, value)
+        tx.output.side_effects.store_attr(self, self.obj, name, value)
+
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         call = inspect.getattr_static(type(self.obj), "__call__", None)
         if isinstance(call, types.FunctionType):
@@ -114,3 +126,99 @@ class UserDefinedObjectVariable(VariableTracker):
 
             return UserMethodVariable(call, self).call_function(tx, args, kwargs)
         return super().call_function(tx, args, kwargs)
+
+
+def _has_custom_setattr(cls: type) -> bool:
+    return cls.__setattr__ is not object.__setattr__ or any("__slots__" in vars(c) for c in cls.__mro__[:-1])
+
+
+def rebuild_object(cls: type, attrs: Dict[str, Any]) -> Any:
+    """Recreate, in generated code, an object that the traced code constructed."""
+    obj = object.__new__(cls)
+    for name, value in attrs.items():
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+class NewObjectVariable(VariableTracker):
+    """An instance of a plain user class created while tracing: its attributes are trackers."""
+
+    def __init__(self, cls: type) -> None:
+        super().__init__()
+        self.cls = cls
+        self.attrs: Dict[str, VariableTracker] = {}
+
+    @staticmethod
+    def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> "NewObjectVariable":
+        from .functions import UserMethodVariable
+
+        if type(cls) is not type or cls.__new__ is not object.__new__ or any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
+            unimplemented(f"creating an instance of {cls.__qualname__} inside a compiled region")
+        obj = NewObjectVariable(cls)
+        init = inspect.getattr_static(cls, "__init__")
+        if init is object.__init__:
+            if args or kwargs:
+                unimplemented(f"{cls.__qualname__}() takes no arguments")
+        elif isinstance(init, types.FunctionType):
+            UserMethodVariable(init, obj).call_function(tx, args, kwargs)
+        else:
+            unimplemented(f"{cls.__qualname__}.__init__ is not a Python function")
+        return obj
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        return f"new {self.cls.__qualname__} object"
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__class__":
+            return UserDefinedClassVariable(self.cls)
+        if inspect.getattr_static(self.cls, name, None) is None:
+            unimplemented(f"{self.cls.__qualname__} object has no attribute '{name}'")
+        return lookup_class_attribute(tx, self, self.cls, name, None)
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if self.cls.__setattr__ is not object.__setattr__:
+            unimplemented(f"{self.cls.__qualname__} defines __setattr__")
+        self.attrs[name] = value
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(rebuild_object)
+        codegen.load_const(self.cls)
+        for name, value in self.attrs.items():
+            codegen.load_const(name)
+            codegen.reconstruct(value)
+        codegen.append("BUILD_MAP", len(self.attrs))
+        codegen.call(2)
+
+
+class SuperVariable(VariableTracker):
+    """`super()` inside a traced method: attribute lookup starts after `cls` in the object's MRO."""
+
+    def __init__(self, cls: type, obj: VariableTracker) -> None:
+        super().__init__()
+        self.cls = cls
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"super({self.cls.__qualname__})"
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        from .functions import UserMethodVariable
+
+        mro = self.obj.python_type().__mro__
+        for klass in mro[mro.index(self.cls) + 1 :]:
+            if name in vars(klass):
+                static = vars(klass)[name]
+                if isinstance(static, types.FunctionType):
+                    return UserMethodVariable(static, self.obj)
+                if static is object.__init__:
+                    from .builtin import BuiltinVariable
+
+                    return BuiltinVariable(object.__init__)
+                return lookup_class_attribute(tx, self.obj, klass, name, None)
+        unimplemented(f"super() has no attribute '{name}'")
+
