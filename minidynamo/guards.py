@@ -26,6 +26,7 @@ class GuardKind(enum.Enum):
     DICT_KEYS = "DICT_KEYS"
     NN_MODULE = "NN_MODULE"
     GRAD_MODE = "GRAD_MODE"
+    ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor this one must be
 
 
 # Constants whose equality is exact and cheap enough to guard on by value.
@@ -107,6 +108,8 @@ class CheckFunctionBuilder:
             self.tensor_sources.append(ref)
             self.tensor_values.append(value)
             return [f"{ref}: dtype, device, requires_grad, sizes and strides as traced"]
+        if kind is GuardKind.ALIAS_OF:
+            return [f"{ref} is {value.name()}"]
         if kind is GuardKind.GRAD_MODE:
             return [f"___is_grad_enabled() is {value!r}"]
         raise AssertionError(kind)
@@ -125,6 +128,9 @@ class CheckFunctionBuilder:
                 dynamic_dims_strides=[list(t.stride()) for t in self.tensor_values],
             )
             checks.append(f"{self.bind(tensor_guards)}.check({', '.join(self.tensor_sources)})")
+            if len(self.tensor_sources) > 1:  # inputs traced as distinct tensors must stay distinct
+                ids = ", ".join(f"id({ref})" for ref in self.tensor_sources)
+                checks.append(f"len({{{ids}}}) == {len(self.tensor_sources)}")
         body = "\n        and ".join(checks) or "True"
         source_code = (
             "def ___check(L):\n"

@@ -57,6 +57,7 @@ class OutputGraph:
         self.root = torch.nn.Module()
         self.fake_mode = FakeTensorMode()
         self._inputs_by_source: Dict[str, TensorVariable] = {}
+        self._inputs_by_id: Dict[int, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
         self.side_effects = SideEffects()
 
@@ -72,6 +73,11 @@ class OutputGraph:
         known = self._inputs_by_source.get(source.name())
         if known is not None:
             return known
+        alias = self._inputs_by_id.get(id(value))
+        if alias is not None:  # the same tensor reached twice: one input, and a guard that it stays so
+            self.add_guard(Guard(source, GuardKind.ALIAS_OF, alias.source))
+            self._inputs_by_source[source.name()] = alias
+            return alias
         self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, value))
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first_op is None:  # inserting_before(None) would insert at the front
@@ -82,6 +88,7 @@ class OutputGraph:
         self.graphargs.append(GraphArg(source, value, node))
         variable = TensorVariable(node, self.to_fake(value), source)
         self._inputs_by_source[source.name()] = variable
+        self._inputs_by_id[id(value)] = variable
         return variable
 
     def register_module_tensor(

@@ -108,6 +108,8 @@ class UserDefinedObjectVariable(VariableTracker):
         is_data_descriptor = static is not None and hasattr(type(static), "__set__")
         if name in instance_dict and not is_data_descriptor:
             return VariableBuilder(tx, attr_source)(instance_dict[name])
+        if isinstance(static, (types.MemberDescriptorType, types.GetSetDescriptorType)):  # __slots__ and C fields
+            return VariableBuilder(tx, attr_source)(getattr(self.obj, name))
         if static is not None or hasattr(cls, name):
             return lookup_class_attribute(tx, self, cls, name, attr_source)
         if hasattr(cls, "__getattr__"):
