@@ -127,7 +127,8 @@ def test_if_dtype():
 
 
 def test_if_isinstance():
-    assert_same(if_on_isinstance, (rand(3), rand(3)), (rand(3), 3), (rand(3), "s"), graphs=3)
+    # a str returns x untouched: no graph for it
+    assert_same(if_on_isinstance, (rand(3), rand(3)), (rand(3), 3), (rand(3), "s"), graphs=2)
 
 
 def test_if_numel():
@@ -135,7 +136,7 @@ def test_if_numel():
 
 
 def test_if_size_tuple():
-    assert_same(if_on_size_tuple, rand(2, 3), rand(3, 2), graphs=2)
+    assert_same(if_on_size_tuple, rand(2, 3), rand(3, 2), rand(3, 2), graphs=1)  # (3, 2) returns x: no graph
 
 
 def test_if_ternary():
