@@ -97,8 +97,10 @@ def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
 
 
 class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
+    def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
+                 device_type: str = "cpu"):
         self.gm = gm
+        self.device_type = device_type  # tensors elsewhere become extern calls
         self.example_inputs = list(inputs)
         self.buffers: Dict[str, Buffer] = {}
         self.nodes: List[Node] = []
@@ -256,7 +258,7 @@ class GraphLowering:
         if node.target is operator.getitem:
             return args[0][args[1]]
         fn = table.get(node.target) or table.get(getattr(node.target, "overloadpacket", None))
-        if fn is not None and _dtypes_supported(node):
+        if fn is not None and _dtypes_supported(node, self.device_type):
             try:
                 return fn(self, node, *args, **kwargs)
             except Unsupported:
@@ -329,10 +331,10 @@ def _fetch_attr(gm: torch.nn.Module, target: str):
     return obj
 
 
-def _dtypes_supported(node: torch.fx.Node) -> bool:
+def _dtypes_supported(node: torch.fx.Node, device_type: str) -> bool:
     def ok(x) -> bool:
         return not isinstance(x, torch.Tensor) or (
-            x.dtype in SUPPORTED_DTYPES and x.device.type == "cpu")
+            x.dtype in SUPPORTED_DTYPES and x.device.type == device_type)
 
     vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
     flat = []

@@ -286,7 +286,7 @@ def _where(L, node, c, a, b):
 @register(aten._to_copy, prims.convert_element_type)
 def _to_copy(L, node, x, dtype=None, **kw):
     device = kw.get("device")
-    if device is not None and torch.device(device).type != "cpu":
+    if device is not None and torch.device(device).type != L.device_type:
         raise Unsupported("device copy")
     return pointwise(node, [x], lambda a: a, x.dtype)
 
