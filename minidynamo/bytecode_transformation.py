@@ -26,6 +26,8 @@ class Instructions:
     instrs: List[Instr]
     offsets: List[int]  # the original byte offset of each instruction
     label_index: Dict[int, int]  # id(Label) -> index of the instruction it marks
+    handlers: List[Optional[int]]  # index of the exception handler covering each instruction
+    positions: List[int]  # index of each instruction in `bytecode`
 
     def jump_target(self, instr: Instr) -> int:
         return self.label_index[id(instr.arg)]
@@ -36,20 +38,30 @@ def read_instructions(code: types.CodeType) -> Instructions:
     instrs: List[Instr] = []
     label_index: Dict[int, int] = {}
     pending: List[Label] = []
-    for element in abstract:
+    handler_labels: List[Optional[Label]] = []
+    positions: List[int] = []
+    current_try: Optional[TryBegin] = None
+    for position, element in enumerate(abstract):
         if isinstance(element, Label):
             pending.append(element)
+        elif isinstance(element, TryBegin):
+            current_try = element
+        elif isinstance(element, TryEnd):
+            current_try = None
         elif isinstance(element, Instr):
             for label in pending:
                 label_index[id(label)] = len(instrs)
             pending.clear()
             instrs.append(element)
+            positions.append(position)
+            handler_labels.append(current_try.target if current_try is not None else None)
     for label in pending:
         label_index[id(label)] = len(instrs)
     offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
     if len(offsets) != len(instrs):
         offsets = list(range(len(instrs)))
-    return Instructions(code, abstract, instrs, offsets, label_index)
+    handlers = [label_index[id(label)] if label is not None else None for label in handler_labels]
+    return Instructions(code, abstract, instrs, offsets, label_index, handlers, positions)
 
 
 def closure_var(code: types.CodeType, name: str) -> Optional[Union[CellVar, FreeVar]]:

@@ -57,7 +57,8 @@ class FrameRecord:
     compile_times: List[float] = field(default_factory=list)
     check: Optional[CheckFunction] = None
     transformed_code: Optional[types.CodeType] = None
-    unsupported: Optional[Unsupported] = None
+    unsupported: Optional[Unsupported] = None  # why the frame runs unconverted
+    break_reasons: List[Unsupported] = field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -93,7 +94,7 @@ class ConvertFrame:
         except BackendCompilerFailed:
             raise
         except Exception as e:
-            if config.strict:
+            if config.strict or self.nopython:
                 raise
             log.warning("minidynamo: internal error converting %s, running it unconverted: %s",
                         frame.f_code.co_qualname, e, exc_info=log.isEnabledFor(logging.DEBUG))
@@ -105,15 +106,29 @@ class ConvertFrame:
                 listener(record)
 
     def convert(self, frame: Any, record: FrameRecord) -> GuardedCode:
-        output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn)
-        tracer = InstructionTranslator(frame, output)
-        grad_mode = torch.is_grad_enabled()
+        """Trace the frame; if something unsupported stops it, trace again up to that point and
+        break the graph there (unless nopython)."""
         try:
-            tracer.run()
-        finally:
-            torch._C._set_grad_enabled(grad_mode)
+            output, tracer = self.trace(frame, None)
+        except Unsupported as e:
+            if self.nopython or e.break_index is None:
+                raise
+            output, tracer = self.trace(frame, (e.break_index, e))
+        record.break_reasons = list(output.break_reasons)
+        if tracer.generated_code is None:
+            raise Unsupported("the frame ended without returning")
         record.graphs = [c.graph_module for c in output.compiled]
         record.compile_times = [c.compile_seconds for c in output.compiled]
         record.transformed_code = tracer.generated_code
         record.check = build_check_function(list(output.guards.values()), frame.f_globals, output.namespaces)
         return GuardedCode(tracer.generated_code, record.check.fn)
+
+    def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:
+        output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn)
+        tracer = InstructionTranslator(frame, output, break_at)
+        grad_mode = torch.is_grad_enabled()
+        try:
+            tracer.run()
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
+        return output, tracer

@@ -9,6 +9,8 @@ class Unsupported(Exception):
         super().__init__(msg)
         self.msg = msg
         self.user_stack: List["UserFrame"] = []
+        # index of the frame's own instruction that was running (where a graph break would go)
+        self.break_index: Optional[int] = None
 
 
 class UserFrame:

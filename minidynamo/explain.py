@@ -82,6 +82,8 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
             out.compile_times.extend(record.compile_times)
             if record.check is not None:
                 out.out_guards.extend(record.check.guards)
+            for reason in record.break_reasons:
+                out.break_reasons.append(BreakReason(reason.msg, reason.user_stack))
             if record.unsupported is not None:
                 out.break_reasons.append(BreakReason(record.unsupported.msg, record.unsupported.user_stack))
         return out

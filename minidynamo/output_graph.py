@@ -52,6 +52,7 @@ class OutputGraph:
     compiled: List[CompiledGraph] = field(default_factory=list)
     # names of ModuleGlobalsSource scopes -> the globals dicts they stand for
     namespaces: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    break_reasons: List[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.root = torch.nn.Module()
@@ -60,6 +61,7 @@ class OutputGraph:
         self._inputs_by_id: Dict[int, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
         self.side_effects = SideEffects()
+        self.initial_grad_mode = torch.is_grad_enabled()
 
     # ---- guards and inputs ----
 
@@ -156,15 +158,21 @@ class OutputGraph:
 
     def compile_and_return(self, tx, value: VariableTracker) -> types.CodeType:
         """Generated code: call the compiled graph, then build `value` from its outputs and return it."""
-        codegen = PyCodegen(self.code)
-        outputs = _graph_outputs([value, *self.side_effects.values()])
-        if outputs or self.has_ops():
-            self.add_guard(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
-            self.call_compiled_graph(codegen, outputs)
-        self.side_effects.codegen(codegen)
+        codegen = self.codegen_graph_and_side_effects([value])
         codegen.reconstruct(value)
         codegen.append("RETURN_VALUE")
         return assemble(frame_prologue(self.code) + codegen.instructions, like=self.code)
+
+    def codegen_graph_and_side_effects(self, live_values: List[VariableTracker]) -> PyCodegen:
+        """Code that runs the compiled graph (keeping the outputs `live_values` need) and then
+        replays the recorded side effects."""
+        codegen = PyCodegen(self.code)
+        outputs = _graph_outputs([*live_values, *self.side_effects.values()])
+        if outputs or self.has_ops():
+            self.add_guard(Guard(None, GuardKind.GRAD_MODE, self.initial_grad_mode))
+            self.call_compiled_graph(codegen, outputs)
+        self.side_effects.codegen(codegen)
+        return codegen
 
     def call_compiled_graph(self, codegen: PyCodegen, outputs: List[TensorVariable]) -> None:
         self.graph.output(tuple(t.node for t in outputs))

@@ -6,17 +6,17 @@ runs a called user function inside its caller's graph.
 """
 from __future__ import annotations
 
+import dis
 import inspect
 import linecache
 import operator
-import sys
 import types
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from bytecode import BinaryOp, Compare
 
-from .bytecode_transformation import Instr, Instructions, read_instructions
+from .bytecode_transformation import FreeVar, Instr, Instructions, read_instructions
 from .exc import Unsupported, UserFrame, unimplemented
 from .output_graph import OutputGraph
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
@@ -122,6 +122,7 @@ class InstructionTranslatorBase:
         self.globals_source = globals_source
         self.stack: List[VariableTracker] = []
         self.instruction_pointer = 0
+        self.current_index = 0
         self.current_instruction: Optional[Instr] = None
         self.kw_names: Optional[tuple] = None
         self.steps = 0
@@ -133,8 +134,11 @@ class InstructionTranslatorBase:
     def run(self) -> None:
         instrs = self.instructions.instrs
         while self.instruction_pointer < len(instrs):
+            if self.break_here(self.instruction_pointer):
+                return
             inst = instrs[self.instruction_pointer]
             self.current_instruction = inst
+            self.current_index = self.instruction_pointer
             self.instruction_pointer += 1
             self.steps += 1
             if self.steps > MAX_INSTRUCTIONS:
@@ -149,6 +153,10 @@ class InstructionTranslatorBase:
                 if not e.user_stack:
                     e.user_stack = self.user_stack()
                 raise
+
+    def break_here(self, index: int) -> bool:
+        """Whether to stop tracing before instruction `index` (graph break); see InstructionTranslator."""
+        return False
 
     def user_frame(self) -> UserFrame:
         lineno = getattr(self.current_instruction, "lineno", None) or self.code.co_firstlineno
@@ -558,18 +566,47 @@ class BoundMethodCall(VariableTracker):
         return self.obj.var_getattr(tx, self.name).var_getattr(tx, name)
 
 
-class InstructionTranslator(InstructionTranslatorBase):
-    """Translates a whole frame: locals come from the frame, RETURN_VALUE produces the new code."""
+# Instructions a graph break can run in the generated code: how many stack values each consumes.
+_BREAK_POPS: Dict[str, Callable[[Instr], int]] = {
+    "CALL": lambda i: i.arg + 2,
+    "CALL_FUNCTION_EX": lambda i: 3 + (i.arg & 1),
+    **{name: (lambda i: 2) for name in ("BINARY_SUBSCR", "BINARY_OP", "COMPARE_OP", "CONTAINS_OP", "IS_OP",
+                                        "STORE_ATTR", "DELETE_SUBSCR")},
+    **{name: (lambda i: 1) for name in ("LOAD_ATTR", "GET_ITER", "UNARY_NEGATIVE", "UNARY_POSITIVE",
+                                        "UNARY_INVERT", "UNARY_NOT", "UNPACK_SEQUENCE")},
+    "STORE_SUBSCR": lambda i: 3,
+    "POP_JUMP_FORWARD_IF_TRUE": lambda i: 1, "POP_JUMP_FORWARD_IF_FALSE": lambda i: 1,
+    "POP_JUMP_BACKWARD_IF_TRUE": lambda i: 1, "POP_JUMP_BACKWARD_IF_FALSE": lambda i: 1,
+}
+_FORWARD_JUMP = {"POP_JUMP_BACKWARD_IF_TRUE": "POP_JUMP_FORWARD_IF_TRUE",
+                 "POP_JUMP_BACKWARD_IF_FALSE": "POP_JUMP_FORWARD_IF_FALSE"}
 
-    def __init__(self, frame: Any, output: OutputGraph) -> None:
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """Translates a whole frame: locals come from the frame, RETURN_VALUE produces the new code.
+
+    With `break_at` set (after a first pass found something unsupported there), tracing stops
+    before that instruction and the generated code runs the graph so far, the instruction in
+    plain Python, and a resume function holding the rest of the frame."""
+
+    def __init__(self, frame: Any, output: OutputGraph, break_at: Optional[Tuple[int, Unsupported]] = None) -> None:
         code = frame.f_code
         super().__init__(code, frame.f_globals, frame.f_builtins, {}, {}, output, None)
-        self.f_locals: Dict[str, Any] = frame.f_locals
+        self.f_locals: Dict[str, Any] = dict(frame.f_locals)
         self.generated_code: Optional[types.CodeType] = None
+        self.break_at = break_at
         for name in code.co_freevars:
             if name in self.f_locals:
                 value = VariableBuilder(self, LocalSource(name))(self.f_locals[name])
                 self.cells[name] = CellVariable(value, writable=False, frame_free_name=name)
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Unsupported as e:
+            if e.break_index is None:
+                e.break_index = self.current_index
+            raise
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         if name in self.f_locals:
@@ -588,6 +625,137 @@ class InstructionTranslator(InstructionTranslatorBase):
     def RETURN_VALUE(self, inst: Instr) -> bool:
         self.generated_code = self.output.compile_and_return(self, self.pop())
         return True
+
+    # ---- graph breaks ----
+
+    def break_here(self, index: int) -> bool:
+        if self.break_at is None or self.break_at[0] != index:
+            return False
+        reason = self.break_at[1]
+        self.break_at = None
+        self.output.break_reasons.append(reason)
+        self.generated_code = self.compile_break(index)
+        return True
+
+    def call_start(self, index: int) -> int:
+        """The first of the KW_NAMES/PRECALL instructions leading to the CALL at `index`."""
+        while index > 0 and self.instructions.instrs[index - 1].name in ("KW_NAMES", "PRECALL"):
+            index -= 1
+        return index
+
+    def compile_break(self, index: int) -> types.CodeType:
+        from .bytecode_analysis import in_loop
+
+        inst = self.instructions.instrs[index]
+        stack = list(self.stack)
+        runs_here = (inst.name in _BREAK_POPS and self.instructions.handlers[index] is None
+                     and not in_loop(self.instructions, index))
+        if not runs_here:  # continue eagerly from the instruction itself, inside the original code
+            return self.codegen_resume_calls(stack, [], None, [(self.call_start(index), True)])
+        npop = _BREAK_POPS[inst.name](inst)
+        kept, inputs = stack[: len(stack) - npop], stack[len(stack) - npop :]
+        if inst.name.startswith("POP_JUMP"):
+            targets = [(index + 1, False), (self.instructions.jump_target(inst), False)]
+            return self.codegen_resume_calls(kept, inputs, inst, targets)
+        return self.codegen_resume_calls(kept, inputs, inst, [(index + 1, False)])
+
+    def codegen_resume_calls(self, kept: List[VariableTracker], inputs: List[VariableTracker],
+                             inst: Optional[Instr], targets: List[Tuple[int, bool]]) -> types.CodeType:
+        """Generated code for a break: graph, side effects, `inst` on `inputs` (if any), then a
+        call of the resume function at each target (two for a conditional jump)."""
+        from .bytecode_analysis import live_locals
+        from .bytecode_transformation import Label, assemble, frame_prologue
+
+        live = live_locals(self.instructions)
+        local_names = {t: self.passed_locals(live[t]) for t, _ in targets}
+        local_values = [v for names in local_names.values() for _, v in names if v is not None]
+        codegen = self.output.codegen_graph_and_side_effects([*kept, *inputs, *local_values])
+        if torch.is_grad_enabled() != self.output.initial_grad_mode:
+            codegen.load_function(torch._C._set_grad_enabled)
+            codegen.load_const(torch.is_grad_enabled())
+            codegen.call(1)
+            codegen.append("POP_TOP")
+        nulls = [isinstance(v, NullVariable) for v in kept]
+        for i, value in enumerate(kept):
+            if not nulls[i]:
+                codegen.reconstruct(value)
+                codegen.append("STORE_FAST", f"___stack{i}")
+        n_results = 0
+        if inst is not None:
+            for value in inputs:
+                codegen.reconstruct(value)
+            n_results = self.codegen_instruction(codegen, inst, len(inputs))
+            for r in reversed(range(n_results)):
+                codegen.append("STORE_FAST", f"___stack{len(kept) + r}")
+        branch_label = Label() if len(targets) == 2 else None
+        if branch_label is not None:
+            codegen.append(_FORWARD_JUMP.get(inst.name, inst.name), branch_label)
+        for k, (target, eager) in enumerate(targets):
+            if k == 1:
+                codegen.instructions.append(branch_label)
+            spec_nulls = tuple(nulls + [False] * n_results)
+            self.codegen_call_resume(codegen, target, spec_nulls, local_names[target], eager)
+        return assemble(frame_prologue(self.code) + codegen.instructions, like=self.code)
+
+    def codegen_instruction(self, codegen, inst: Instr, n_inputs: int) -> int:
+        """Emit the instruction that could not be traced; returns how many values it leaves."""
+        if inst.name.startswith("POP_JUMP"):
+            return 0
+        if inst.name == "CALL":
+            if self.kw_names:
+                codegen.append("KW_NAMES", self.kw_names)
+            codegen.call(inst.arg)
+            return 1
+        else:
+            codegen.instructions.append(Instr(inst.name, inst.arg) if inst.require_arg() else Instr(inst.name))
+        return n_inputs + dis.stack_effect(inst.opcode, inst.arg if inst.require_arg() else None, jump=False)
+
+    def passed_locals(self, live: frozenset) -> List[Tuple[str, Optional[VariableTracker]]]:
+        """Locals handed to a resume function: (name, tracker), or (name, None) for an argument never
+        read while tracing, which is passed straight from its slot."""
+        passed: List[Tuple[str, Optional[VariableTracker]]] = []
+        for name in dict.fromkeys(self.code.co_varnames + self.code.co_cellvars):
+            if name in self.code.co_freevars:
+                continue
+            if name in self.code.co_cellvars:
+                cell = self.cells.get(name)
+                if cell is not None and cell.contents is not None:
+                    passed.append((name, cell.contents))
+                elif cell is None and name in self.f_locals:
+                    passed.append((name, None))
+            elif name in live and name in self.symbolic_locals:
+                passed.append((name, self.symbolic_locals[name]))
+            elif name in live and name in self.f_locals:
+                passed.append((name, None))
+        return passed
+
+    def codegen_call_resume(self, codegen, target: int, nulls: Tuple[bool, ...],
+                            passed: List[Tuple[str, Optional[VariableTracker]]], eager: bool) -> None:
+        from . import _C
+        from .resume_execution import ResumeSpec, resume_code
+
+        spec = ResumeSpec(target, nulls, tuple(name for name, _ in passed))
+        code = resume_code(self.instructions, spec)
+        if eager:
+            _C.skip_code(code)
+        codegen.append("PUSH_NULL")
+        if self.code.co_freevars:
+            for name in self.code.co_freevars:
+                codegen.append("LOAD_CLOSURE", FreeVar(name))
+            codegen.append("BUILD_TUPLE", len(self.code.co_freevars))
+            codegen.load_const(code)
+            codegen.append("MAKE_FUNCTION", 0x08)
+        else:
+            codegen.load_const(types.FunctionType(code, self.f_globals))
+        for name in spec.stack_argnames():
+            codegen.append("LOAD_FAST", name)
+        for name, value in passed:
+            if value is None:
+                codegen.load_local(name)
+            else:
+                codegen.reconstruct(value)
+        codegen.call(len(spec.stack_argnames()) + len(passed))
+        codegen.append("RETURN_VALUE")
 
 
 class InliningInstructionTranslator(InstructionTranslatorBase):

@@ -56,6 +56,11 @@ def _min_nan(a, b):
 
 
 @triton.jit
+def _add(a, b):
+    return a + b
+
+
+@triton.jit
 def _prod(a, b):
     return a * b
 
@@ -121,6 +126,11 @@ _BOOL_INFIX = {"add": "|", "mul": "&", "maximum": "|", "minimum": "&"}
 _CORE_MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
               "sqrt": "tl.sqrt_rn", "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos",
               "erf": "tl.erf", "floor": "tl.floor", "ceil": "tl.ceil", "abs": "tl.abs"}
+# Reductions go through tl.reduce with our own combine functions, never tl.sum and friends:
+# those are jit functions of Triton's standard library, which the interpreter cannot call when
+# triton was imported before TRITON_INTERPRET was set (torch._dynamo imports it early).
+_COMBINE = {"sum": "_add", "prod": "_prod", "max": "_max_nan", "min": "_min_nan", "any": "_max_nan",
+            "all": "_min_nan", "argmax": "_arg_max", "argmin": "_arg_min"}
 _LIBDEVICE = {"round": "nearbyint", "pow": "pow", "atan2": "atan2", "trunc": "trunc"}
 
 
@@ -465,11 +475,10 @@ class KernelEmitter:
             idx = self.new_var("ridx")
             self.inner.lines.append(
                 f"{idx} = tl.broadcast_to({self.var_names['rindex']}.to(tl.int64), {shape})")
-        combine = {"max": "_max_nan", "min": "_min_nan", "any": "_max_nan", "all": "_min_nan",
-                   "prod": "_prod", "argmax": "_arg_max", "argmin": "_arg_min"}.get(kind)
+        combine = _COMBINE[kind]
         if not looped:
             vals = f"({vname}, {idx})" if arg else vname
-            reduced = f"tl.sum({vname}, 1)" if kind == "sum" else f"tl.reduce({vals}, 1, {combine})"
+            reduced = f"tl.reduce({vals}, 1, {combine})"
             if arg:
                 self.inner.lines.append(f"_, {out} = {reduced}")
                 return [f"{out} = {out}[:, None]"]
@@ -483,9 +492,6 @@ class KernelEmitter:
                 f"{acc}, {acc}_idx = {combine}({acc}, {acc}_idx, {vname}, {idx})")
             return [f"_, {out} = tl.reduce(({acc}, {acc}_idx), 1, {combine})",
                     f"{out} = {out}[:, None]"]
-        if kind == "sum":
-            self.inner.lines.append(f"{acc} = {acc} + {vname}")
-            return [f"{out} = tl.sum({acc}, 1)[:, None]"]
         self.inner.lines.append(f"{acc} = {combine}({acc}, {vname})")
         return [f"{out} = {self._finish(f'tl.reduce({acc}, 1, {combine})[:, None]', kind, src)}"]
 

@@ -129,7 +129,14 @@ def _elementwise(fn):
     return apply
 
 
-_lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
+def _lgamma_scalar(x: float) -> float:
+    try:
+        return math.lgamma(x)
+    except ValueError:  # the poles at 0, -1, -2, ...
+        return math.inf
+
+
+_lgamma = np.vectorize(_lgamma_scalar, otypes=[np.float64])
 _erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
 _InterpretedLibdevice = types.SimpleNamespace(**{

@@ -1,0 +1,53 @@
+"""Dataflow facts about a flattened instruction list: liveness of locals, loops."""
+from __future__ import annotations
+
+from typing import FrozenSet, List, Set
+
+from .bytecode_transformation import Instructions, is_jump
+
+_TERMINATORS = {"RETURN_VALUE", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
+                "JUMP_BACKWARD_NO_INTERRUPT"}
+
+
+def successors(instructions: Instructions, index: int) -> List[int]:
+    instr = instructions.instrs[index]
+    result = []
+    if instr.name not in _TERMINATORS:
+        result.append(index + 1)
+    if is_jump(instr):
+        result.append(instructions.jump_target(instr))
+    handler = instructions.handlers[index]
+    if handler is not None:
+        result.append(handler)
+    return [i for i in result if i < len(instructions.instrs)]
+
+
+def live_locals(instructions: Instructions) -> List[FrozenSet[str]]:
+    """For each instruction, the plain locals that may be read before being written from there."""
+    instrs = instructions.instrs
+    n = len(instrs)
+    live: List[Set[str]] = [set() for _ in range(n + 1)]
+    changed = True
+    while changed:
+        changed = False
+        for i in reversed(range(n)):
+            out: Set[str] = set()
+            for j in successors(instructions, i):
+                out |= live[j]
+            instr = instrs[i]
+            if instr.name == "STORE_FAST":
+                out = out - {instr.arg}
+            elif instr.name in ("LOAD_FAST", "DELETE_FAST"):
+                out = out | {instr.arg}
+            if out != live[i]:
+                live[i] = out
+                changed = True
+    return [frozenset(s) for s in live[:n]]
+
+
+def in_loop(instructions: Instructions, index: int) -> bool:
+    """Whether some backward jump goes from after `index` to at or before it."""
+    for i, instr in enumerate(instructions.instrs):
+        if is_jump(instr) and i >= index and instructions.jump_target(instr) <= index:
+            return True
+    return False

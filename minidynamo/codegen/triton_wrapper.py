@@ -1,0 +1,184 @@
+"""The Triton pipeline: trace -> lower -> schedule (shared with the C++ backend) -> emit Triton ->
+load -> a callable that launches the kernels on the graph's device.
+
+Launch configs (XBLOCK, RBLOCK for looped reductions, num_warps) are chosen on a kernel's first
+run by timing a few candidates on the GPU, and remembered per device in the module's tune file;
+under the interpreter there is one candidate (the largest blocks: fewest Python-level programs).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.fx
+
+from .compile import trace
+from .lowering import GraphLowering, Unsupported, is_dense
+from .scheduler import Kernel, Scheduler, Step
+from .triton import TritonKernel, emit_triton, next_power_of_2
+from .triton_cache import TuneStore, interpreting, load_module
+from .wrapper import CompiledGraph, _strides_match
+
+log = logging.getLogger(__name__)
+
+_INTERPRET_MAX_BLOCK = 1 << 16
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    XBLOCK: int
+    RBLOCK: int = 0  # looped kernels only
+    num_warps: int = 4
+
+
+def _warps(elements: int, per_thread: int) -> int:
+    return max(1, min(16, elements // (32 * per_thread)))
+
+
+def candidate_configs(k: TritonKernel) -> List[LaunchConfig]:
+    """Configs worth timing for `k` (one when interpreting)."""
+    xcap = next_power_of_2(max(k.xnumel, 1))
+    rb = next_power_of_2(max(k.rnumel, 1))
+    if interpreting():
+        if k.kind == "pointwise":
+            return [LaunchConfig(min(xcap, _INTERPRET_MAX_BLOCK))]
+        if k.kind == "persistent":
+            return [LaunchConfig(max(1, min(xcap, _INTERPRET_MAX_BLOCK // rb)))]
+        # Several chunks per row, the last one partial, so the loop really loops.
+        rblock = min(max(2, rb // 4), _INTERPRET_MAX_BLOCK)
+        return [LaunchConfig(max(1, min(xcap, _INTERPRET_MAX_BLOCK // rblock)), rblock)]
+    if k.kind == "pointwise":
+        sizes = sorted({min(b, xcap) for b in (512, 1024, 2048, 4096)})
+        return [LaunchConfig(b, 0, _warps(b, 4)) for b in sizes]
+    if k.kind == "persistent":
+        found = []
+        for total, per_thread in ((1024, 4), (4096, 8), (8192, 8), (rb, 16)):
+            xb = min(max(1, total // rb), xcap)
+            c = LaunchConfig(xb, 0, _warps(xb * rb, per_thread))
+            if c not in found:
+                found.append(c)
+        return found
+    shapes = ((1, 2048, 8), (1, 1024, 4), (2, 1024, 8), (4, 512, 8))
+    return list(dict.fromkeys(LaunchConfig(min(x, xcap), r, w) for x, r, w in shapes))
+
+
+def bench(run: Callable[[], None]) -> float:
+    """Milliseconds per call of `run` on the GPU."""
+    import triton.testing
+
+    return triton.testing.do_bench(run, warmup=5, rep=25)
+
+
+class Launcher:
+    """Runs one kernel; picks (and remembers) its launch config on the first call."""
+
+    def __init__(self, fn, kernel: TritonKernel, store: TuneStore, device: torch.device):
+        self.fn = fn
+        self.kernel = kernel
+        self.store = store
+        self.entry = f"{_device_name(device)}/{kernel.name}"
+        self.config: LaunchConfig = None  # type: ignore[assignment]
+
+    def launch(self, config: LaunchConfig, tensors: Sequence[torch.Tensor]) -> None:
+        k = self.kernel
+        meta: Dict[str, int] = {"XBLOCK": config.XBLOCK, "num_warps": config.num_warps}
+        if k.kind == "looped":
+            meta["RBLOCK"] = config.RBLOCK
+        grid = ((k.xnumel + config.XBLOCK - 1) // config.XBLOCK,)
+        if interpreting():
+            # Masked-off lanes compute on zeros (1 / 0 and the like); numpy would warn.
+            with np.errstate(all="ignore"):
+                self.fn[grid](*tensors, **meta)
+        else:
+            self.fn[grid](*tensors, **meta)
+
+    def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
+        if self.kernel.xnumel == 0:
+            return
+        if self.config is None:
+            self.config = self._choose(tensors)
+        self.launch(self.config, tensors)
+
+    def _choose(self, tensors: Sequence[torch.Tensor]) -> LaunchConfig:
+        candidates = candidate_configs(self.kernel)
+        if len(candidates) == 1:
+            return candidates[0]
+        saved = self.store.get(self.entry)
+        if saved is not None:
+            return LaunchConfig(**saved)
+        # Kernels never write their inputs, so running one repeatedly is harmless.
+        timings = [(bench(lambda c=c: self.launch(c, tensors)), i) for i, c in enumerate(candidates)]
+        best = candidates[min(timings)[1]]
+        log.debug("triton autotune %s: %s -> %s", self.entry, timings, best)
+        self.store.put(self.entry, asdict(best))
+        return best
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda" and not interpreting():
+        return torch.cuda.get_device_name(device)
+    return "interpreter"
+
+
+class TritonGraph(CompiledGraph):
+    """A compiled graph whose kernels are Triton launches on `device`."""
+
+    def __init__(self, lowering: GraphLowering, steps: List[Step], module, emitted: List[TritonKernel],
+                 source: str, fallback: Callable, device: torch.device):
+        self.device = device
+        self.module = module
+        self.store = TuneStore(module.cache_key) if module is not None else None
+        super().__init__(lowering, steps, None, emitted, source, fallback)
+
+    def _kernel_call(self, kernel: Kernel, em: TritonKernel):
+        launcher = Launcher(getattr(self.module, em.name), em, self.store, self.device)
+        allocs = [self.buffers[b] for b in sorted(kernel.stored)]
+        args = tuple(em.args)
+        device = self.device
+
+        def call(env: Dict[str, Any], nthreads: int) -> None:
+            for b in allocs:
+                env[b.name] = torch.empty_strided(b.size, b.stride, dtype=b.dtype, device=device)
+            launcher([env[a] for a in args])
+        return call
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        # The base class copies inputs whose strides differ from the compiled ones into fresh
+        # (host) memory; make those copies on the graph's device first.
+        fixed = []
+        for buf, t in zip(self.inputs, args):
+            if not _strides_match(t, buf.size, buf.stride) and is_dense(buf.size, buf.stride):
+                t = torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
+            fixed.append(t)
+        return super().__call__(*fixed)
+
+
+def graph_device(tensors: Sequence[torch.Tensor]) -> torch.device:
+    """The single device of a graph's tensors, if the kernels can run there."""
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise Unsupported(f"tensors on several devices: {sorted(map(str, devices))}")
+    device = devices.pop() if devices else torch.device("cpu")
+    if device.type == "cpu" and not interpreting():
+        raise Unsupported("CPU tensors need TRITON_INTERPRET=1 (the GPU runs CUDA tensors only)")
+    if device.type not in ("cpu", "cuda"):
+        raise Unsupported(f"device {device}")
+    return device
+
+
+def compile_triton_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor],
+                         persistent_max: Optional[int] = None) -> TritonGraph:
+    device = graph_device(example_inputs)
+    traced, inputs = trace(gm, example_inputs)
+    lowering = GraphLowering(traced, inputs, device_type=device.type)
+    lowering.run()
+    graph_device(list(inputs) + list(lowering.constants.values()))
+    keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
+    steps = Scheduler(lowering.nodes, keep).run()
+    kernels = [s for s in steps if isinstance(s, Kernel)]
+    source, emitted = emit_triton(kernels, lowering.buffers, persistent_max)
+    module = load_module(source) if kernels else None
+    return TritonGraph(lowering, steps, module, emitted, source, gm.forward, device)

@@ -1,0 +1,65 @@
+"""Resume functions: the rest of a frame after a graph break, as a function of its own.
+
+A resume function is the original code with a new entry: it takes the values that were on the
+stack and the live locals as arguments, pushes the stack back and jumps to where execution
+continues. It is called from the generated code and converted by the hook like any function.
+"""
+from __future__ import annotations
+
+import inspect
+import types
+import weakref
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+from .bytecode_transformation import Instr, Instructions, Label, assemble, frame_prologue
+
+_PROLOGUE_OPS = ("MAKE_CELL", "COPY_FREE_VARS", "RESUME")
+_cache: "weakref.WeakKeyDictionary[types.CodeType, Dict[ResumeSpec, types.CodeType]]" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class ResumeSpec:
+    target: int  # index of the instruction to continue at
+    stack_nulls: Tuple[bool, ...]  # one per stack slot: NULL slots are pushed again, not passed
+    local_names: Tuple[str, ...]  # locals passed after the stack values
+
+    def stack_argnames(self) -> List[str]:
+        return [f"___stack{i}" for i, null in enumerate(self.stack_nulls) if not null]
+
+
+def resume_code(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
+    per_code = _cache.setdefault(instructions.code, {})
+    if spec not in per_code:
+        per_code[spec] = _build(instructions, spec)
+    return per_code[spec]
+
+
+def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
+    code = instructions.code
+    target_label = Label()
+    entry: List = frame_prologue(code)
+    for i, null in enumerate(spec.stack_nulls):
+        entry.append(Instr("PUSH_NULL") if null else Instr("LOAD_FAST", f"___stack{i}"))
+    entry.append(Instr("JUMP_FORWARD", target_label))
+
+    target_position = instructions.positions[spec.target]
+    body = []
+    for position, element in enumerate(instructions.bytecode):
+        if position == target_position:
+            body.append(target_label)
+        if isinstance(element, Instr) and element.name in _PROLOGUE_OPS and position < instructions.positions[_first_real(instructions)]:
+            continue
+        body.append(element)
+    argnames = spec.stack_argnames() + list(spec.local_names)
+    flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    name = f"__resume_at_{instructions.offsets[spec.target]}_in_{code.co_name}"
+    return assemble(entry + body, like=code, name=name, argnames=argnames, argcount=len(argnames),
+                    kwonlyargcount=0, flags=flags)
+
+
+def _first_real(instructions: Instructions) -> int:
+    for i, instr in enumerate(instructions.instrs):
+        if instr.name not in _PROLOGUE_OPS:
+            return i
+    return len(instructions.instrs) - 1
