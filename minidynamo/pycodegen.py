@@ -10,6 +10,9 @@ if TYPE_CHECKING:
     from .variables.base import VariableTracker
 
 
+_NO_ARG = object()
+
+
 class PyCodegen:
     def __init__(self, code: types.CodeType) -> None:
         self.code = code
@@ -18,8 +21,8 @@ class PyCodegen:
         self.graph_outputs: Dict[Any, int] = {}
         self.graph_output_var: Optional[str] = None
 
-    def append(self, opname: str, arg: Any = None) -> None:
-        self.instructions.append(Instr(opname) if arg is None else Instr(opname, arg))
+    def append(self, opname: str, arg: Any = _NO_ARG) -> None:
+        self.instructions.append(Instr(opname) if arg is _NO_ARG else Instr(opname, arg))
 
     def load_const(self, value: Any) -> None:
         self.append("LOAD_CONST", value)

@@ -130,6 +130,7 @@ class TritonGraph(CompiledGraph):
                  source: str, fallback: Callable, device: torch.device):
         self.device = device
         self.module = module
+        self.emitted = emitted
         self.store = TuneStore(module.cache_key) if module is not None else None
         super().__init__(lowering, steps, None, emitted, source, fallback)
 
