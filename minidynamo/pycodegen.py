@@ -35,6 +35,9 @@ class PyCodegen:
         cell = closure_var(self.code, name)
         self.append("STORE_DEREF", cell) if cell is not None else self.append("STORE_FAST", name)
 
+    def load_closure(self, name: str) -> None:
+        self.append("LOAD_CLOSURE", closure_var(self.code, name))
+
     def load_global(self, name: str) -> None:
         self.append("LOAD_GLOBAL", (False, name))
 

@@ -59,7 +59,7 @@ class StoreAttr:
 class StoreCell:
     """A write to a real closure cell: by STORE_DEREF in the frame itself, else through the cell object."""
 
-    frame_free_name: Optional[str]
+    frame_name: Optional[str]
     cell_source: Optional[Source]
     cell: Any  # CellVariable; its final contents are written
 
@@ -68,8 +68,8 @@ class StoreCell:
 
     def codegen(self, codegen: "PyCodegen") -> None:
         codegen.reconstruct(self.cell.contents)
-        if self.frame_free_name is not None:
-            codegen.store_local(self.frame_free_name)
+        if self.frame_name is not None:
+            codegen.store_local(self.frame_name)
         else:
             self.cell_source.reconstruct(codegen)
             codegen.append("STORE_ATTR", "cell_contents")
@@ -127,8 +127,8 @@ class SideEffects:
         effect = self.effects.get(("attr", id(identity), name))
         return effect.value if effect is not None else None
 
-    def store_cell(self, cell: Any, frame_free_name: Optional[str], cell_source: Optional[Source]) -> None:
-        self.effects.setdefault(("cell", id(cell)), StoreCell(frame_free_name, cell_source, cell))
+    def store_cell(self, cell: Any, frame_name: Optional[str], cell_source: Optional[Source]) -> None:
+        self.effects.setdefault(("cell", id(cell)), StoreCell(frame_name, cell_source, cell))
 
     def mutate_container(self, container: VariableTracker) -> None:
         self.effects.setdefault(("container", id(container)), MutateContainer(container))

@@ -258,9 +258,9 @@ class InstructionTranslatorBase:
     def STORE_DEREF(self, inst: Instr) -> None:
         cell = self.cell(inst.arg.name)
         if not cell.writable:
-            if cell.frame_free_name is None and cell.cell_source is None:
+            if cell.frame_name is None and cell.cell_source is None:
                 unimplemented(f"assigning the variable '{inst.arg.name}' of an enclosing function (nonlocal)")
-            self.output.side_effects.store_cell(cell, cell.frame_free_name, cell.cell_source)
+            self.output.side_effects.store_cell(cell, cell.frame_name, cell.cell_source)
         cell.contents = self.pop()
 
     def LOAD_CLOSURE(self, inst: Instr) -> None:
@@ -598,7 +598,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         for name in code.co_freevars:
             if name in self.f_locals:
                 value = VariableBuilder(self, LocalSource(name))(self.f_locals[name])
-                self.cells[name] = CellVariable(value, writable=False, frame_free_name=name)
+                self.cells[name] = CellVariable(value, writable=False, frame_name=name)
 
     def run(self) -> None:
         try:
@@ -607,6 +607,10 @@ class InstructionTranslator(InstructionTranslatorBase):
             if e.break_index is None:
                 e.break_index = self.current_index
             raise
+
+    def MAKE_CELL(self, inst: Instr) -> None:
+        super().MAKE_CELL(inst)
+        self.cells[inst.arg.name].frame_name = inst.arg.name
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         if name in self.f_locals:

@@ -248,9 +248,13 @@ class BuiltinVariable(VariableTracker):
             total = add.call_function(tx, [total, item], {})
         return total
 
-    def _reduce_min_max(self, tx, args: List[VariableTracker]):
+    def _reduce_min_max(self, tx, args: List[VariableTracker], key: VariableTracker = None):
         if len(args) == 1:
             args = args[0].unpack_var_sequence(tx)
+        if key is not None and not _is_none(key):
+            keys = [key.call_function(tx, [a], {}).as_python_constant() for a in args]
+            best = self.fn(range(len(args)), key=keys.__getitem__)
+            return args[best]
         if all(a.is_python_constant() for a in args):
             return ConstantVariable(self.fn(*[a.as_python_constant() for a in args]))
         import torch
@@ -260,11 +264,11 @@ class BuiltinVariable(VariableTracker):
             return tx.output.call_graph_op(tx, "call_function", pick, args, {})
         unimplemented(f"{self.fn.__name__}() over tensors and Python values")
 
-    def _call_max(self, tx, *args: VariableTracker):
-        return self._reduce_min_max(tx, list(args))
+    def _call_max(self, tx, *args: VariableTracker, key: VariableTracker = None):
+        return self._reduce_min_max(tx, list(args), key)
 
-    def _call_min(self, tx, *args: VariableTracker):
-        return self._reduce_min_max(tx, list(args))
+    def _call_min(self, tx, *args: VariableTracker, key: VariableTracker = None):
+        return self._reduce_min_max(tx, list(args), key)
 
     def _call_getattr(self, tx, obj: VariableTracker, name: VariableTracker, *default: VariableTracker):
         attr = name.as_python_constant()

@@ -193,6 +193,30 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         cells = self.closure.unpack_var_sequence(tx)
         return dict(zip(self.code.co_freevars, cells))
 
+    def reconstruct(self, codegen) -> None:
+        """MAKE_FUNCTION in the generated code; closure cells must be cells of the compiled frame,
+        which first receive their final contents."""
+        flags = 0
+        if self.defaults is not None:
+            codegen.reconstruct(self.defaults)
+            flags |= 0x01
+        if self.kwdefaults is not None:
+            codegen.reconstruct(self.kwdefaults)
+            flags |= 0x02
+        if self.closure is not None:
+            cells = self.closure.items
+            for cell in cells:
+                if not isinstance(cell, CellVariable) or cell.frame_name is None:
+                    unimplemented(f"returning {self.describe()}, which closes over an inlined function's variables")
+                if cell.writable and cell.contents is not None:
+                    codegen.reconstruct(cell.contents)
+                    codegen.store_local(cell.frame_name)
+                codegen.load_closure(cell.frame_name)
+            codegen.append("BUILD_TUPLE", len(cells))
+            flags |= 0x08
+        codegen.load_const(self.code)
+        codegen.append("MAKE_FUNCTION", flags)
+
 
 class PartialVariable(VariableTracker):
     """functools.partial(fn, *args, **kwargs): calling it calls `fn` with the stored arguments first."""

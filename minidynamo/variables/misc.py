@@ -29,14 +29,15 @@ class CellVariable(VariableTracker):
         self,
         contents: Optional[VariableTracker] = None,
         writable: bool = True,
-        frame_free_name: Optional[str] = None,
+        frame_name: Optional[str] = None,
         cell_source=None,
     ) -> None:
         super().__init__()
         self.contents = contents
         self.writable = writable
-        # How generated code writes a real cell back: STORE_DEREF in the frame, or via the cell object.
-        self.frame_free_name = frame_free_name
+        # How generated code reaches the real cell: by name in the compiled frame (its own cell or
+        # free variable), or through the cell object of an inlined function's closure.
+        self.frame_name = frame_name
         self.cell_source = cell_source
 
     def describe(self) -> str:
