@@ -23,6 +23,7 @@ static void entry_free_chain(CacheEntry *e)
         Py_XDECREF(e->check_fn);
         Py_XDECREF(e->code);
         Py_XDECREF(e->func);
+        Py_XDECREF(e->owner);
         PyMem_Free(e);
         live_entries--;
         e = next;
@@ -94,7 +95,7 @@ int cache_set_skip(PyCodeObject *code, SkipKind kind)
     return 0;
 }
 
-int cache_prepend(CodeExtra *extra, PyObject *check_fn, PyObject *code, Py_ssize_t nargs)
+int cache_prepend(CodeExtra *extra, PyObject *check_fn, PyObject *code, PyObject *owner, Py_ssize_t nargs)
 {
     CacheEntry *e = PyMem_Calloc(1, sizeof(CacheEntry));
     if (e == NULL) {
@@ -104,6 +105,7 @@ int cache_prepend(CodeExtra *extra, PyObject *check_fn, PyObject *code, Py_ssize
     live_entries++;
     e->check_fn = Py_NewRef(check_fn);
     e->code = Py_NewRef(code);
+    e->owner = Py_NewRef(owner);
     e->nargs = nargs;
     e->next = extra->head;
     extra->head = e;

@@ -39,7 +39,8 @@ static void uninstall(void)
 
 /* Returns the first entry whose check_fn accepts the frame, moved to the front.
  * NULL with *error set when a check_fn raised. */
-static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, int *error)
+static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, PyObject *callback,
+                              int *error)
 {
     PyObject *locals = frame_locals(f);
     if (locals == NULL) {
@@ -49,6 +50,8 @@ static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, i
     CacheEntry *prev = NULL, *found = NULL;
     lookup_depth++;
     for (CacheEntry *e = extra->head; e != NULL; prev = e, e = e->next) {
+        if (callback != Py_False && e->owner != callback)
+            continue;
         PyObject *r = PyObject_CallOneArg(e->check_fn, locals);
         int ok = r == NULL ? -1 : PyObject_IsTrue(r);
         Py_XDECREF(r);
@@ -84,7 +87,7 @@ static int warn_cache_limit(CodeExtra *extra, PyCodeObject *code)
 }
 
 /* Installs the callback's GuardedCode (an object with .code and .check_fn) as a new entry. */
-static CacheEntry *install_entry(PyCodeObject *code, PyObject *guarded)
+static CacheEntry *install_entry(PyCodeObject *code, PyObject *guarded, PyObject *owner)
 {
     PyObject *new_code = PyObject_GetAttrString(guarded, "code");
     PyObject *check_fn = new_code ? PyObject_GetAttrString(guarded, "check_fn") : NULL;
@@ -101,7 +104,7 @@ static CacheEntry *install_entry(PyCodeObject *code, PyObject *guarded)
     if (flat == NULL || cache_set_skip((PyCodeObject *)flat, SKIP_ALWAYS) < 0)
         goto done;
     CodeExtra *extra = cache_get_or_create(code);
-    if (extra == NULL || cache_prepend(extra, check_fn, flat, nargs) < 0)
+    if (extra == NULL || cache_prepend(extra, check_fn, flat, owner, nargs) < 0)
         goto done;
     entry = extra->head;
 done:
@@ -122,19 +125,22 @@ static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *
     tls_busy = 1;
     PyObject *guarded = PyObject_CallOneArg(callback, info);
     tls_busy = 0;
-    Py_DECREF(callback);
     Py_DECREF(info);
-    if (guarded == NULL)
+    if (guarded == NULL) {
+        Py_DECREF(callback);
         return NULL;
+    }
     if (guarded == Py_None) {
         Py_DECREF(guarded);
+        Py_DECREF(callback);
         stats.skips++;
         if (cache_set_skip(code, SKIP_UNTIL_RESET) < 0)
             return NULL;
         return previous_eval(ts, f, 0);
     }
-    CacheEntry *entry = install_entry(code, guarded);
+    CacheEntry *entry = install_entry(code, guarded, callback);
     Py_DECREF(guarded);
+    Py_DECREF(callback);
     return entry == NULL ? NULL : frame_call_entry(entry, f);
 }
 
@@ -152,7 +158,7 @@ static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, i
     if (extra != NULL && extra->head != NULL) {
         int error = 0;
         tls_busy = 1;
-        CacheEntry *hit = find_entry(extra, f, &error);
+        CacheEntry *hit = find_entry(extra, f, callback, &error);
         tls_busy = 0;
         if (error)
             return NULL;

@@ -17,6 +17,7 @@ typedef struct CacheEntry {
     PyObject *check_fn;       /* called with the frame's locals dict */
     PyObject *code;           /* transformed code, parameters flattened to positional */
     PyObject *func;           /* function for `code` built for the last caller, or NULL */
+    PyObject *owner;          /* the callback that compiled it: only that callback's frames use it */
     Py_ssize_t nargs;         /* positional slots of `code` */
     struct CacheEntry *next;
 } CacheEntry;
@@ -35,7 +36,7 @@ int cache_init(void);
 CodeExtra *cache_lookup(PyCodeObject *code);        /* NULL when the code has none */
 CodeExtra *cache_get_or_create(PyCodeObject *code); /* NULL with an exception set */
 int cache_set_skip(PyCodeObject *code, SkipKind kind);
-int cache_prepend(CodeExtra *extra, PyObject *check_fn, PyObject *code, Py_ssize_t nargs);
+int cache_prepend(CodeExtra *extra, PyObject *check_fn, PyObject *code, PyObject *owner, Py_ssize_t nargs);
 void cache_move_to_front(CodeExtra *extra, CacheEntry *prev, CacheEntry *entry);
 void cache_clear(CodeExtra *extra);
 void cache_reset_all(void);

@@ -34,11 +34,15 @@ _SKIP_DIRS = tuple(
 # torch.nn's modules are user-facing code: their forward frames are converted like the user's own.
 _CONVERTIBLE_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "nn", "modules") + os.sep
 _MODULE_BASE_FILE = torch.nn.modules.module.__file__
+# The demo plays the user: its functions are compiled although it ships inside the package.
+_USER_CODE_FILES = {os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo.py")}
 
 
 def skip_reason(code: types.CodeType) -> Optional[str]:
     """Why frames of `code` are never converted (library code), or None."""
     filename = code.co_filename
+    if filename in _USER_CODE_FILES:
+        return None
     if filename.startswith(_SKIP_DIRS) and (
         not filename.startswith(_CONVERTIBLE_TORCH_DIR) or filename == _MODULE_BASE_FILE
     ):

@@ -490,3 +490,13 @@ def test_thread_without_callback_is_not_converted():
         release.set()
         t.join()
     assert out == [2]
+
+
+def test_entries_belong_to_the_callback_that_compiled_them():
+    first = Recorder(lambda frame: with_const(add_one, 1, 10))
+    second = Recorder(lambda frame: with_const(add_one, 1, 20))
+    assert optimize_with_callback(first)(add_one)(1) == 11
+    assert optimize_with_callback(second)(add_one)(1) == 21, "another callback compiles its own entry"
+    assert optimize_with_callback(first)(add_one)(2) == 12
+    assert len(first.frames) == len(second.frames) == 1
+    assert minidynamo.run(add_one)(3) in (13, 23), "run-only takes any entry"
