@@ -6,8 +6,9 @@ import os
 import sysconfig
 import time
 import types
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -78,9 +79,12 @@ def format_unsupported(error: Unsupported) -> str:
 class ConvertFrame:
     """The callback the C core calls on a cache miss."""
 
-    def __init__(self, compiler_fn: Callable, nopython: bool = False) -> None:
+    def __init__(self, compiler_fn: Callable, nopython: bool = False, dynamic: Optional[bool] = None) -> None:
         self.compiler_fn = compiler_fn
         self.nopython = nopython
+        self.dynamic = dynamic
+        # per code object: what earlier compiles saw (sizes per input), for automatic dynamic shapes
+        self.frame_states: "weakref.WeakKeyDictionary[types.CodeType, Dict[str, Any]]" = weakref.WeakKeyDictionary()
 
     def __call__(self, frame: Any) -> Optional[GuardedCode]:
         if skip_reason(frame.f_code) is not None:
@@ -128,7 +132,9 @@ class ConvertFrame:
         return GuardedCode(tracer.generated_code, record.check.fn)
 
     def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:
-        output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn)
+        frame_state = self.frame_states.setdefault(frame.f_code, {})
+        output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn, dynamic=self.dynamic,
+                             frame_state=frame_state)
         tracer = InstructionTranslator(frame, output, break_at)
         grad_mode = torch.is_grad_enabled()
         try:

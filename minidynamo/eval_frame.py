@@ -127,14 +127,18 @@ skip_module(globals())
 gc.callbacks.append(_on_gc)
 
 
-def optimize(backend: Union[str, Callable] = "eager", nopython: bool = False) -> _CallbackContext:
+def optimize(
+    backend: Union[str, Callable] = "eager", nopython: bool = False, dynamic: Optional[bool] = None
+) -> _CallbackContext:
     """Compile the frames run inside (a decorator or a `with` block) with `backend`.
 
     `backend` is a registered name ("eager", "cpp", "triton", "inductor", ...) or a callable
     `(gm: torch.fx.GraphModule, example_inputs) -> callable`, torch.compile's backend contract.
     With `nopython=True` anything that cannot be captured raises instead of running eagerly.
+    `dynamic`: True traces sizes symbolically from the start, False never does, None (default)
+    makes a dimension symbolic after a recompile caused by its size changing.
     """
     from .backends import lookup_backend
     from .convert_frame import ConvertFrame
 
-    return _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython))
+    return _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython, dynamic=dynamic))

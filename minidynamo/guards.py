@@ -27,6 +27,7 @@ class GuardKind(enum.Enum):
     NN_MODULE = "NN_MODULE"
     GRAD_MODE = "GRAD_MODE"
     ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor this one must be
+    SHAPE_ENV = "SHAPE_ENV"  # value: Python expressions over L and G relating symbolic sizes
 
 
 # Constants whose equality is exact and cheap enough to guard on by value.
@@ -39,6 +40,7 @@ class Guard:
     kind: GuardKind
     value: Any = None
     code_list: List[str] = field(default_factory=list)
+    dynamic_dims: Tuple[int, ...] = ()  # TENSOR_MATCH: dims whose size is symbolic (not checked)
 
     @property
     def name(self) -> str:

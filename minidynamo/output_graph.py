@@ -53,6 +53,8 @@ class OutputGraph:
     # names of ModuleGlobalsSource scopes -> the globals dicts they stand for
     namespaces: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     break_reasons: List[Any] = field(default_factory=list)
+    dynamic: Optional[bool] = None  # see optimize(dynamic=...)
+    frame_state: Dict[str, Any] = field(default_factory=dict)  # shared by the compiles of one code object
 
     def __post_init__(self) -> None:
         self.root = torch.nn.Module()
