@@ -79,6 +79,11 @@ def _literal(value: Any) -> Optional[str]:
     return None
 
 
+def _static_dims(values: Sequence[int], dynamic: Tuple[int, ...]) -> List[Optional[int]]:
+    """Per-dimension expectations for TensorGuards: None leaves a symbolic dimension unchecked."""
+    return [None if i in dynamic else v for i, v in enumerate(values)]
+
+
 class CheckFunctionBuilder:
     """Turns guards into the source of one check function, and compiles it."""
 
@@ -86,6 +91,7 @@ class CheckFunctionBuilder:
         self.scope: Dict[str, Any] = {**namespaces, "G": f_globals, "___is_grad_enabled": torch.is_grad_enabled}
         self.tensor_sources: List[str] = []
         self.tensor_values: List[torch.Tensor] = []
+        self.tensor_dynamic_dims: List[Tuple[int, ...]] = []
 
     def bind(self, value: Any) -> str:
         name = f"___v{len(self.scope)}"
@@ -109,11 +115,14 @@ class CheckFunctionBuilder:
         if kind is GuardKind.TENSOR_MATCH:
             self.tensor_sources.append(ref)
             self.tensor_values.append(value)
+            self.tensor_dynamic_dims.append(guard.dynamic_dims)
             return [f"{ref}: dtype, device, requires_grad, sizes and strides as traced"]
         if kind is GuardKind.ALIAS_OF:
             return [f"{ref} is {value.name()}"]
         if kind is GuardKind.GRAD_MODE:
             return [f"___is_grad_enabled() is {value!r}"]
+        if kind is GuardKind.SHAPE_ENV:
+            return list(value)
         raise AssertionError(kind)
 
     def build(self, guards: Sequence[Guard]) -> CheckFunction:
@@ -126,8 +135,8 @@ class CheckFunctionBuilder:
         if self.tensor_values:
             tensor_guards = TensorGuards(
                 *self.tensor_values,
-                dynamic_dims_sizes=[list(t.size()) for t in self.tensor_values],
-                dynamic_dims_strides=[list(t.stride()) for t in self.tensor_values],
+                dynamic_dims_sizes=[_static_dims(t.size(), d) for t, d in zip(self.tensor_values, self.tensor_dynamic_dims)],
+                dynamic_dims_strides=[_static_dims(t.stride(), d) for t, d in zip(self.tensor_values, self.tensor_dynamic_dims)],
             )
             checks.append(f"{self.bind(tensor_guards)}.check({', '.join(self.tensor_sources)})")
             if len(self.tensor_sources) > 1:  # inputs traced as distinct tensors must stay distinct
