@@ -136,7 +136,9 @@ class CheckFunctionBuilder:
             tensor_guards = TensorGuards(
                 *self.tensor_values,
                 dynamic_dims_sizes=[_static_dims(t.size(), d) for t, d in zip(self.tensor_values, self.tensor_dynamic_dims)],
-                dynamic_dims_strides=[_static_dims(t.stride(), d) for t, d in zip(self.tensor_values, self.tensor_dynamic_dims)],
+                # strides of a tensor with a symbolic size are symbolic expressions: left unchecked
+                dynamic_dims_strides=[_static_dims(t.stride(), tuple(range(t.dim())) if d else ())
+                                      for t, d in zip(self.tensor_values, self.tensor_dynamic_dims)],
             )
             checks.append(f"{self.bind(tensor_guards)}.check({', '.join(self.tensor_sources)})")
             if len(self.tensor_sources) > 1:  # inputs traced as distinct tensors must stay distinct

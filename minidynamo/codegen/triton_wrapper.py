@@ -80,27 +80,32 @@ class Launcher:
         self.kernel = kernel
         self.store = store
         self.entry = f"{_device_name(device)}/{kernel.name}"
+        self.interpret = interpreting()
         self.config: LaunchConfig = None  # type: ignore[assignment]
+        self._launch = None  # the chosen config's bound launch
 
-    def launch(self, config: LaunchConfig, tensors: Sequence[torch.Tensor]) -> None:
+    def bind(self, config: LaunchConfig) -> Callable[..., None]:
         k = self.kernel
         meta: Dict[str, int] = {"XBLOCK": config.XBLOCK, "num_warps": config.num_warps}
         if k.kind == "looped":
             meta["RBLOCK"] = config.RBLOCK
-        grid = ((k.xnumel + config.XBLOCK - 1) // config.XBLOCK,)
-        if interpreting():
+        launch = self.fn[((k.xnumel + config.XBLOCK - 1) // config.XBLOCK,)]
+        if not self.interpret:
+            return lambda *tensors: launch(*tensors, **meta)
+
+        def quiet(*tensors):
             # Masked-off lanes compute on zeros (1 / 0 and the like); numpy would warn.
             with np.errstate(all="ignore"):
-                self.fn[grid](*tensors, **meta)
-        else:
-            self.fn[grid](*tensors, **meta)
+                launch(*tensors, **meta)
+        return quiet
 
     def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
-        if self.kernel.xnumel == 0:
-            return
-        if self.config is None:
+        if self._launch is None:
+            if self.kernel.xnumel == 0:
+                return
             self.config = self._choose(tensors)
-        self.launch(self.config, tensors)
+            self._launch = self.bind(self.config)
+        self._launch(*tensors)
 
     def _choose(self, tensors: Sequence[torch.Tensor]) -> LaunchConfig:
         candidates = candidate_configs(self.kernel)
@@ -110,7 +115,7 @@ class Launcher:
         if saved is not None:
             return LaunchConfig(**saved)
         # Kernels never write their inputs, so running one repeatedly is harmless.
-        timings = [(bench(lambda c=c: self.launch(c, tensors)), i) for i, c in enumerate(candidates)]
+        timings = [(bench(lambda f=self.bind(c): f(*tensors)), i) for i, c in enumerate(candidates)]
         best = candidates[min(timings)[1]]
         log.debug("triton autotune %s: %s -> %s", self.entry, timings, best)
         self.store.put(self.entry, asdict(best))
