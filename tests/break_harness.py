@@ -142,7 +142,7 @@ def _split(inputs):
 
 def snapshot_globals(fn, names):
     g = fn.__globals__
-    return {n: g.get(n, _MISSING) for n in names}
+    return {n: copy.deepcopy(g[n]) if n in g else _MISSING for n in names}
 
 
 def restore_globals(fn, snap):
@@ -151,10 +151,10 @@ def restore_globals(fn, snap):
         if v is _MISSING:
             g.pop(n, None)
         else:
-            g[n] = v
+            g[n] = copy.deepcopy(v)
 
 
-def run_once(fn: Callable, inputs, global_names: Sequence[str] = ()) -> Run:
+def run_once(fn: Callable, inputs, global_names: Sequence[str] = (), globals_dict: Optional[dict] = None) -> Run:
     """Call ``fn`` on ``inputs`` (already private copies) and record everything observable."""
     args, kwargs = _split(inputs)
     run = Run(args=args, kwargs=kwargs)
@@ -172,7 +172,7 @@ def run_once(fn: Callable, inputs, global_names: Sequence[str] = ()) -> Run:
     run.stdout = out.getvalue()
     run.warnings = [f"{w.category.__name__}:{w.message}" for w in caught if not _reference_noise(str(w.message))]
     run.logs = list(_HANDLER.records)
-    g = getattr(fn, "__globals__", None) or getattr(getattr(fn, "forward", None), "__globals__", {})
+    g = globals_dict if globals_dict is not None else getattr(fn, "__globals__", {})
     run.globals_after = {n: copy.deepcopy(g.get(n, _MISSING)) for n in global_names}
     if run.exc is None:
         run.aliases = _alias_map(run.result, list(args) + list(kwargs.values()))
@@ -236,9 +236,10 @@ def check_breaks(
         for r in range(repeat):
             snap = snapshot_globals(_fn_of(fn), global_names)
             try:
-                expected = run_once(fn, copy.deepcopy(base), global_names)
+                g = _fn_of(fn).__globals__ if global_names else None
+                expected = run_once(fn, copy.deepcopy(base), global_names, g)
                 restore_globals(_fn_of(fn), snap)
-                actual = run_once(compiled, copy.deepcopy(base), global_names)
+                actual = run_once(compiled, copy.deepcopy(base), global_names, g)
             finally:
                 restore_globals(_fn_of(fn), snap)
             compare_runs(actual, expected, f"input set {i}, call {r}: ")
