@@ -122,6 +122,19 @@ void cache_move_to_front(CodeExtra *extra, CacheEntry *prev, CacheEntry *entry)
     extra->head = entry;
 }
 
+CacheEntry *cache_remove(CodeExtra *extra, CacheEntry *prev, CacheEntry *entry)
+{
+    CacheEntry *next = entry->next;
+    if (prev == NULL)
+        extra->head = next;
+    else
+        prev->next = next;
+    extra->n_entries--;
+    entry->next = NULL;
+    entry_free_chain(entry);
+    return next;
+}
+
 /* Detach first, free afterwards: freeing runs arbitrary finalizers, which may free
  * other code objects and so unlink other extras. */
 void cache_clear(CodeExtra *extra)

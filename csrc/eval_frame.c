@@ -37,24 +37,41 @@ static void uninstall(void)
 
 /* ---- the hook ---- */
 
-/* Returns the first entry whose check_fn accepts the frame, moved to the front.
- * NULL with *error set when a check_fn raised. */
+static int call_check(PyObject *check_fn, struct _PyInterpreterFrame *f, PyObject **locals)
+{
+    if (*locals == NULL && (*locals = frame_locals(f)) == NULL)
+        return -1;
+    PyObject *r = PyObject_CallOneArg(check_fn, *locals);
+    int ok = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    return ok;
+}
+
+/* Returns the first entry of `callback` whose guards accept the frame, moved to the front, and
+ * drops entries whose guards can never pass again. NULL with *error set when a check_fn raised. */
 static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, PyObject *callback,
                               int *error)
 {
-    PyObject *locals = frame_locals(f);
-    if (locals == NULL) {
-        *error = 1;
-        return NULL;
-    }
-    CacheEntry *prev = NULL, *found = NULL;
+    PyObject *locals = NULL; /* built only for check functions written in Python */
+    unsigned long long epoch = guards_next_epoch();
+    CacheEntry *prev = NULL, *found = NULL, *e = extra->head;
     lookup_depth++;
-    for (CacheEntry *e = extra->head; e != NULL; prev = e, e = e->next) {
-        if (callback != Py_False && e->owner != callback)
+    while (e != NULL) {
+        if (callback != Py_False && e->owner != callback) {
+            prev = e;
+            e = e->next;
             continue;
-        PyObject *r = PyObject_CallOneArg(e->check_fn, locals);
-        int ok = r == NULL ? -1 : PyObject_IsTrue(r);
-        Py_XDECREF(r);
+        }
+        int ok;
+        if (guardset_check(e->check_fn)) {
+            ok = guardset_eval_frame(e->check_fn, f, epoch);
+            if (ok == 0 && !guardset_valid(e->check_fn)) {
+                e = cache_remove(extra, prev, e);
+                continue;
+            }
+        } else {
+            ok = call_check(e->check_fn, f, &locals);
+        }
         if (ok < 0) {
             *error = 1;
             break;
@@ -64,9 +81,11 @@ static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, P
             found = e;
             break;
         }
+        prev = e;
+        e = e->next;
     }
     lookup_depth--;
-    Py_DECREF(locals);
+    Py_XDECREF(locals);
     return found;
 }
 
@@ -298,6 +317,27 @@ static PyObject *reset(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* Drop the entries of a code object whose guard sets can never pass again. */
+static PyObject *drop_invalid_entries(PyObject *self, PyObject *obj)
+{
+    PyCodeObject *code = code_arg(obj);
+    if (code == NULL)
+        return NULL;
+    CodeExtra *extra = cache_lookup(code);
+    if (extra == NULL || lookup_depth > 0) /* a lookup in progress drops them itself */
+        Py_RETURN_NONE;
+    CacheEntry *prev = NULL, *e = extra->head;
+    while (e != NULL) {
+        if (guardset_check(e->check_fn) && !guardset_valid(e->check_fn)) {
+            e = cache_remove(extra, prev, e);
+        } else {
+            prev = e;
+            e = e->next;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *drop_function_caches(PyObject *self, PyObject *unused)
 {
     if (cache_drop_functions() < 0)
@@ -350,6 +390,8 @@ static PyMethodDef methods[] = {
      "The (check_fn, code) cache entries of a code object, most recently used first."},
     {"clear_cache", clear_cache, METH_O, "Drop the cache entries of one code object."},
     {"reset", reset, METH_NOARGS, "Drop every cache entry and every skip mark made by callbacks."},
+    {"drop_invalid_entries", drop_invalid_entries, METH_O,
+     "Drop the entries of a code object whose guards can never pass again."},
     {"drop_function_caches", drop_function_caches, METH_NOARGS,
      "Release the function objects cached on entries (rebuilt on demand)."},
     {"set_cache_size_limit", set_cache_size_limit, METH_O, "Entries per code object."},
@@ -370,7 +412,7 @@ PyMODINIT_FUNC PyInit__C(void)
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
-    if (frame_init_types(module) < 0 || wrapper_init_type(module) < 0) {
+    if (frame_init_types(module) < 0 || wrapper_init_type(module) < 0 || guards_init_types(module) < 0) {
         Py_DECREF(module);
         return NULL;
     }

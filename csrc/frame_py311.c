@@ -90,6 +90,23 @@ PyObject *frame_locals(struct _PyInterpreterFrame *f)
     return locals;
 }
 
+PyObject *frame_local(struct _PyInterpreterFrame *f, Py_ssize_t slot)
+{
+    PyCodeObject *co = f->f_code;
+    if (slot < 0 || slot >= co->co_nlocalsplus)
+        return NULL;
+    Py_ssize_t first_free = co->co_nlocalsplus - co->co_nfreevars;
+    PyObject *closure = f->f_func->func_closure;
+    if (slot >= first_free && closure != NULL)
+        return PyCell_GET(PyTuple_GET_ITEM(closure, slot - first_free));
+    return f->localsplus[slot];
+}
+
+PyObject *frame_globals(struct _PyInterpreterFrame *f)
+{
+    return f->f_globals;
+}
+
 PyObject *frame_info(struct _PyInterpreterFrame *f)
 {
     PyObject *locals = frame_locals(f);

@@ -38,6 +38,7 @@ CodeExtra *cache_get_or_create(PyCodeObject *code); /* NULL with an exception se
 int cache_set_skip(PyCodeObject *code, SkipKind kind);
 int cache_prepend(CodeExtra *extra, PyObject *check_fn, PyObject *code, PyObject *owner, Py_ssize_t nargs);
 void cache_move_to_front(CodeExtra *extra, CacheEntry *prev, CacheEntry *entry);
+CacheEntry *cache_remove(CodeExtra *extra, CacheEntry *prev, CacheEntry *entry); /* returns the next */
 void cache_clear(CodeExtra *extra);
 void cache_reset_all(void);
 int cache_drop_functions(void);
@@ -48,6 +49,8 @@ void cache_live_counts(Py_ssize_t *extras, Py_ssize_t *entries);
 PyCodeObject *frame_code(struct _PyInterpreterFrame *f);      /* borrowed */
 int frame_is_convertible(struct _PyInterpreterFrame *f);      /* fresh function frame, not a generator */
 PyObject *frame_locals(struct _PyInterpreterFrame *f);        /* new dict of bound locals and free vars */
+PyObject *frame_local(struct _PyInterpreterFrame *f, Py_ssize_t slot); /* borrowed; NULL if unbound */
+PyObject *frame_globals(struct _PyInterpreterFrame *f);       /* borrowed */
 PyObject *frame_info(struct _PyInterpreterFrame *f);          /* new FrameInfo for the callback */
 PyObject *frame_call_entry(CacheEntry *entry, struct _PyInterpreterFrame *f);
 /* New reference to `code` with every parameter made positional, checked against `orig`'s layout.
@@ -64,5 +67,13 @@ int callback_check(PyObject *callback); /* -1 with TypeError unless None, False 
 
 /* ---- wrapper.c ---- */
 int wrapper_init_type(PyObject *module);
+
+/* ---- guards.c: compiled guard sets checked straight on the frame ---- */
+int guards_init_types(PyObject *module);
+int guardset_check(PyObject *guardset); /* is it a GuardSet? */
+/* 1 pass, 0 fail, -1 error. Checks already passed in this `epoch` are skipped. */
+int guardset_eval_frame(PyObject *guardset, struct _PyInterpreterFrame *f, unsigned long long epoch);
+int guardset_valid(PyObject *guardset);
+unsigned long long guards_next_epoch(void);
 
 #endif

@@ -15,7 +15,8 @@ import torch
 from . import config
 from .eval_frame import GuardedCode
 from .exc import BackendCompilerFailed, Unsupported
-from .guards import CheckFunction, build_check_function
+from .guard_set import build_check_function
+from .guards import CheckFunction
 from .output_graph import OutputGraph
 from .symbolic_convert import InstructionTranslator
 
@@ -128,7 +129,8 @@ class ConvertFrame:
         record.graphs = [c.graph_module for c in output.compiled]
         record.compile_times = [c.compile_seconds for c in output.compiled]
         record.transformed_code = tracer.generated_code
-        record.check = build_check_function(list(output.guards.values()), frame.f_globals, output.namespaces)
+        record.check = build_check_function(frame.f_code, list(output.guards.values()), frame.f_locals,
+                                            frame.f_globals, output.namespaces)
         return GuardedCode(tracer.generated_code, record.check.fn)
 
     def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:

@@ -1,0 +1,563 @@
+/* Guard sets evaluated in C, straight on the frame's local slots.
+ *
+ * A GuardSet has a table of accessors (how to reach a value: a local slot, a global, an
+ * attribute or item of another accessor, a constant) and a list of (GuardCheck, accessor)
+ * items. GuardCheck objects are shared between the entries of one code object; a check that
+ * passed earlier in the same lookup (same epoch) is not evaluated again. Tensor properties are
+ * checked by one call of torch's TensorGuards; rare guard kinds go to a Python fallback. */
+#include "minidynamo.h"
+
+#include <structmember.h>
+
+enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST };
+enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL };
+
+#define STACK_VALUES 64
+
+static unsigned long long epoch_counter = 0;
+
+unsigned long long guards_next_epoch(void)
+{
+    return ++epoch_counter;
+}
+
+/* ---- GuardCheck ---- */
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    int weak;             /* CHK_ID: `expected` is a weak reference to the object */
+    PyObject *expected;   /* type, object, value, tuple of keys or callable, by kind */
+    PyObject *expected2;  /* CHK_CALL: the result `expected()` must be */
+    Py_ssize_t length;    /* CHK_LEN */
+    unsigned long long passed_epoch;
+} GuardCheck;
+
+static PyTypeObject GuardCheckType;
+
+static PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"kind", "expected", "expected2", "length", "weak", NULL};
+    int kind, weak = 0;
+    PyObject *expected, *expected2 = Py_None;
+    Py_ssize_t length = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|Onp:GuardCheck", names, &kind, &expected, &expected2,
+                                     &length, &weak))
+        return NULL;
+    if (kind < CHK_TYPE || kind > CHK_CALL) {
+        PyErr_Format(PyExc_ValueError, "unknown guard check kind %d", kind);
+        return NULL;
+    }
+    if (weak && !PyWeakref_Check(expected)) {
+        PyErr_SetString(PyExc_TypeError, "a weak identity check needs a weakref");
+        return NULL;
+    }
+    GuardCheck *c = (GuardCheck *)type->tp_alloc(type, 0);
+    if (c == NULL)
+        return NULL;
+    c->kind = kind;
+    c->weak = weak;
+    c->expected = Py_NewRef(expected);
+    c->expected2 = Py_NewRef(expected2);
+    c->length = length;
+    return (PyObject *)c;
+}
+
+static int check_traverse(GuardCheck *c, visitproc visit, void *arg)
+{
+    Py_VISIT(c->expected);
+    Py_VISIT(c->expected2);
+    return 0;
+}
+
+static int check_clear(GuardCheck *c)
+{
+    Py_CLEAR(c->expected);
+    Py_CLEAR(c->expected2);
+    return 0;
+}
+
+static void check_dealloc(GuardCheck *c)
+{
+    PyObject_GC_UnTrack(c);
+    check_clear(c);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyMemberDef check_members[] = {
+    {"kind", T_INT, offsetof(GuardCheck, kind), READONLY},
+    {"expected", T_OBJECT, offsetof(GuardCheck, expected), READONLY},
+    {NULL},
+};
+
+static PyTypeObject GuardCheckType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minidynamo._C.GuardCheck",
+    .tp_basicsize = sizeof(GuardCheck),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "GuardCheck(kind, expected, expected2=None, length=0, weak=False): one check of a guard.",
+    .tp_new = check_new,
+    .tp_dealloc = (destructor)check_dealloc,
+    .tp_traverse = (traverseproc)check_traverse,
+    .tp_clear = (inquiry)check_clear,
+    .tp_members = check_members,
+};
+
+static int dict_keys_equal(PyObject *dict, PyObject *keys)
+{
+    if (!PyDict_CheckExact(dict) || PyDict_GET_SIZE(dict) != PyTuple_GET_SIZE(keys))
+        return 0;
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        PyObject *want = PyTuple_GET_ITEM(keys, i++);
+        if (key != want) {
+            int eq = PyObject_RichCompareBool(key, want, Py_EQ);
+            if (eq <= 0)
+                return eq;
+        }
+    }
+    return 1;
+}
+
+/* 1 pass, 0 fail, -1 error; `other` is the second value of CHK_ALIAS. `*dead` is set when a
+ * weakly held object has died (the entry can never pass again). */
+static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
+{
+    if (c->kind == CHK_CALL) {
+        PyObject *r = PyObject_CallNoArgs(c->expected);
+        int ok = r != NULL && r == c->expected2;
+        Py_XDECREF(r);
+        return r == NULL ? -1 : ok;
+    }
+    if (value == NULL)
+        return 0;
+    switch (c->kind) {
+    case CHK_TYPE:
+        return (PyObject *)Py_TYPE(value) == c->expected;
+    case CHK_ID: {
+        PyObject *target = c->weak ? PyWeakref_GET_OBJECT(c->expected) : c->expected;
+        if (c->weak && target == Py_None) {
+            *dead = 1;
+            return 0;
+        }
+        return value == target;
+    }
+    case CHK_EQUALS:
+        if (Py_TYPE(value) != Py_TYPE(c->expected))
+            return 0;
+        return value == c->expected ? 1 : PyObject_RichCompareBool(value, c->expected, Py_EQ);
+    case CHK_LEN:
+        return (PyObject *)Py_TYPE(value) == c->expected && PyObject_Length(value) == c->length;
+    case CHK_DICT_KEYS:
+        return dict_keys_equal(value, c->expected);
+    case CHK_ALIAS:
+        return other != NULL && value == other;
+    }
+    return 0;
+}
+
+/* ---- GuardSet ---- */
+
+typedef struct {
+    int kind;
+    int parent;
+    PyObject *key;
+    Py_ssize_t slot;
+} Accessor;
+
+typedef struct {
+    GuardCheck *check;
+    int acc, acc2;
+} Item;
+
+typedef struct {
+    PyObject_HEAD
+    Accessor *accessors;
+    int n_accessors;
+    Item *items;
+    int n_items;
+    PyObject *tensor_check; /* callable(*tensors) -> bool, or NULL */
+    int *tensor_acc;
+    int n_tensors;
+    PyObject *fallback;     /* callable(L) -> bool, or NULL */
+    PyObject *globals;
+    int valid;
+    PyObject *dict;
+    PyObject *weakreflist;
+} GuardSet;
+
+static PyTypeObject GuardSetType;
+
+typedef struct {
+    struct _PyInterpreterFrame *frame; /* or NULL: read `locals` */
+    PyObject *locals;
+    PyObject *globals;
+    PyObject **values; /* owned references, one per accessor once fetched */
+    char *fetched;
+} Env;
+
+static PyObject *fetch(GuardSet *gs, Env *env, int i)
+{
+    if (i < 0)
+        return NULL;
+    if (env->fetched[i])
+        return env->values[i];
+    Accessor *a = &gs->accessors[i];
+    PyObject *v = NULL, *parent;
+    switch (a->kind) {
+    case ACC_LOCAL:
+        v = env->frame != NULL ? frame_local(env->frame, a->slot) : PyDict_GetItemWithError(env->locals, a->key);
+        Py_XINCREF(v);
+        break;
+    case ACC_GLOBAL:
+        v = Py_XNewRef(PyDict_GetItemWithError(env->globals, a->key));
+        break;
+    case ACC_CONST:
+        v = Py_NewRef(a->key);
+        break;
+    case ACC_ATTR:
+        parent = fetch(gs, env, a->parent);
+        v = parent != NULL ? PyObject_GetAttr(parent, a->key) : NULL;
+        break;
+    case ACC_ITEM:
+        parent = fetch(gs, env, a->parent);
+        v = parent != NULL ? PyObject_GetItem(parent, a->key) : NULL;
+        break;
+    }
+    if (v == NULL)
+        PyErr_Clear();
+    env->values[i] = v;
+    env->fetched[i] = 1;
+    return v;
+}
+
+static int distinct(PyObject **values, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            if (values[i] == values[j])
+                return 0;
+    return 1;
+}
+
+static int check_tensors(GuardSet *gs, Env *env)
+{
+    PyObject *stack[STACK_VALUES];
+    PyObject **tensors = gs->n_tensors <= STACK_VALUES ? stack : PyMem_Malloc(sizeof(PyObject *) * gs->n_tensors);
+    if (tensors == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int ok = 1;
+    for (int i = 0; i < gs->n_tensors && ok; i++) {
+        tensors[i] = fetch(gs, env, gs->tensor_acc[i]);
+        ok = tensors[i] != NULL;
+    }
+    if (ok)
+        ok = distinct(tensors, gs->n_tensors);
+    if (ok) {
+        PyObject *r = PyObject_Vectorcall(gs->tensor_check, tensors, gs->n_tensors, NULL);
+        ok = r == NULL ? -1 : PyObject_IsTrue(r);
+        Py_XDECREF(r);
+    }
+    if (tensors != stack)
+        PyMem_Free(tensors);
+    return ok;
+}
+
+static int check_fallback(GuardSet *gs, Env *env)
+{
+    PyObject *locals = env->frame != NULL ? frame_locals(env->frame) : Py_NewRef(env->locals);
+    if (locals == NULL)
+        return -1;
+    PyObject *r = PyObject_CallOneArg(gs->fallback, locals);
+    Py_DECREF(locals);
+    int ok = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    return ok;
+}
+
+static int eval_items(GuardSet *gs, Env *env, unsigned long long epoch)
+{
+    for (int i = 0; i < gs->n_items; i++) {
+        Item *it = &gs->items[i];
+        if (epoch != 0 && it->check->passed_epoch == epoch)
+            continue;
+        int dead = 0;
+        int ok = run_check(it->check, fetch(gs, env, it->acc), fetch(gs, env, it->acc2), &dead);
+        if (dead)
+            gs->valid = 0;
+        if (ok <= 0)
+            return ok;
+        it->check->passed_epoch = epoch;
+    }
+    return 1;
+}
+
+/* Guards never raise: a value that cannot be read or compared fails the check. */
+static int eval_env(GuardSet *gs, Env *env, unsigned long long epoch)
+{
+    if (!gs->valid)
+        return 0;
+    PyObject *value_stack[STACK_VALUES];
+    char fetched_stack[STACK_VALUES] = {0};
+    int n = gs->n_accessors;
+    env->values = n <= STACK_VALUES ? value_stack : PyMem_Calloc(n, sizeof(PyObject *));
+    env->fetched = n <= STACK_VALUES ? fetched_stack : PyMem_Calloc(n, 1);
+    if (env->values == NULL || env->fetched == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int ok = eval_items(gs, env, epoch);
+    if (ok > 0 && gs->n_tensors > 0)
+        ok = check_tensors(gs, env);
+    if (ok > 0 && gs->fallback != NULL)
+        ok = check_fallback(gs, env);
+    if (ok < 0) {
+        PyErr_Clear();
+        ok = 0;
+    }
+    for (int i = 0; i < n; i++)
+        if (env->fetched[i])
+            Py_XDECREF(env->values[i]);
+    if (n > STACK_VALUES) {
+        PyMem_Free(env->values);
+        PyMem_Free(env->fetched);
+    }
+    return ok;
+}
+
+int guardset_check(PyObject *obj)
+{
+    return Py_TYPE(obj) == &GuardSetType;
+}
+
+int guardset_valid(PyObject *obj)
+{
+    return ((GuardSet *)obj)->valid;
+}
+
+int guardset_eval_frame(PyObject *obj, struct _PyInterpreterFrame *f, unsigned long long epoch)
+{
+    Env env = {f, NULL, frame_globals(f), NULL, NULL};
+    return eval_env((GuardSet *)obj, &env, epoch);
+}
+
+static PyObject *guardset_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    PyObject *locals;
+    if (!PyArg_ParseTuple(args, "O!:GuardSet", &PyDict_Type, &locals))
+        return NULL;
+    GuardSet *gs = (GuardSet *)self;
+    Env env = {NULL, locals, gs->globals, NULL, NULL};
+    int ok = eval_env(gs, &env, 0);
+    return ok < 0 ? NULL : PyBool_FromLong(ok);
+}
+
+static int parse_accessors(GuardSet *gs, PyObject *seq)
+{
+    gs->n_accessors = (int)PySequence_Fast_GET_SIZE(seq);
+    gs->accessors = PyMem_Calloc(gs->n_accessors + 1, sizeof(Accessor));
+    if (gs->accessors == NULL)
+        return -1;
+    for (int i = 0; i < gs->n_accessors; i++) {
+        Accessor *a = &gs->accessors[i];
+        PyObject *key;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "iiOn:accessor", &a->kind, &a->parent, &key, &a->slot))
+            return -1;
+        if (a->parent >= i || ((a->kind == ACC_ATTR || a->kind == ACC_ITEM) && a->parent < 0)) {
+            PyErr_Format(PyExc_ValueError, "accessor %d must follow its parent", i);
+            return -1;
+        }
+        a->key = Py_NewRef(key);
+    }
+    return 0;
+}
+
+static int check_index(GuardSet *gs, int i)
+{
+    if (i < -1 || i >= gs->n_accessors) {
+        PyErr_Format(PyExc_ValueError, "accessor index %d out of range", i);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_items(GuardSet *gs, PyObject *seq)
+{
+    gs->n_items = (int)PySequence_Fast_GET_SIZE(seq);
+    gs->items = PyMem_Calloc(gs->n_items + 1, sizeof(Item));
+    if (gs->items == NULL)
+        return -1;
+    for (int i = 0; i < gs->n_items; i++) {
+        Item *it = &gs->items[i];
+        PyObject *check;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "O!ii:item", &GuardCheckType, &check, &it->acc, &it->acc2))
+            return -1;
+        if (check_index(gs, it->acc) < 0 || check_index(gs, it->acc2) < 0)
+            return -1;
+        it->check = (GuardCheck *)Py_NewRef(check);
+    }
+    return 0;
+}
+
+static int parse_tensors(GuardSet *gs, PyObject *seq)
+{
+    gs->n_tensors = (int)PySequence_Fast_GET_SIZE(seq);
+    gs->tensor_acc = PyMem_Calloc(gs->n_tensors + 1, sizeof(int));
+    if (gs->tensor_acc == NULL)
+        return -1;
+    for (int i = 0; i < gs->n_tensors; i++) {
+        gs->tensor_acc[i] = _PyLong_AsInt(PySequence_Fast_GET_ITEM(seq, i));
+        if ((gs->tensor_acc[i] == -1 && PyErr_Occurred()) || check_index(gs, gs->tensor_acc[i]) < 0)
+            return -1;
+        if (gs->tensor_acc[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "a tensor needs an accessor");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void guardset_free_tables(GuardSet *gs)
+{
+    for (int i = 0; gs->accessors != NULL && i < gs->n_accessors; i++)
+        Py_XDECREF(gs->accessors[i].key);
+    for (int i = 0; gs->items != NULL && i < gs->n_items; i++)
+        Py_XDECREF(gs->items[i].check);
+    PyMem_Free(gs->accessors);
+    PyMem_Free(gs->items);
+    PyMem_Free(gs->tensor_acc);
+    gs->accessors = NULL;
+    gs->items = NULL;
+    gs->tensor_acc = NULL;
+    gs->n_accessors = gs->n_items = gs->n_tensors = 0;
+}
+
+static PyObject *guardset_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"accessors", "items", "globals", "tensor_check", "tensor_accessors", "fallback", NULL};
+    PyObject *accessors, *items, *globals, *tensor_check = Py_None, *tensor_accessors = NULL, *fallback = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!|OOO:GuardSet", names, &accessors, &items, &PyDict_Type,
+                                     &globals, &tensor_check, &tensor_accessors, &fallback))
+        return NULL;
+    GuardSet *gs = (GuardSet *)type->tp_alloc(type, 0);
+    if (gs == NULL)
+        return NULL;
+    gs->valid = 1;
+    gs->globals = Py_NewRef(globals);
+    gs->tensor_check = tensor_check == Py_None ? NULL : Py_NewRef(tensor_check);
+    gs->fallback = fallback == Py_None ? NULL : Py_NewRef(fallback);
+    PyObject *acc_seq = PySequence_Fast(accessors, "accessors must be a sequence");
+    PyObject *item_seq = acc_seq ? PySequence_Fast(items, "items must be a sequence") : NULL;
+    PyObject *tensor_seq = NULL;
+    if (item_seq != NULL)
+        tensor_seq = tensor_accessors != NULL ? PySequence_Fast(tensor_accessors, "tensor_accessors must be a sequence")
+                                              : PyTuple_New(0);
+    int rc = (tensor_seq == NULL || parse_accessors(gs, acc_seq) < 0 || parse_items(gs, item_seq) < 0 ||
+              parse_tensors(gs, tensor_seq) < 0) ? -1 : 0;
+    Py_XDECREF(acc_seq);
+    Py_XDECREF(item_seq);
+    Py_XDECREF(tensor_seq);
+    if (rc == 0 && gs->n_tensors > 0 && gs->tensor_check == NULL) {
+        PyErr_SetString(PyExc_ValueError, "tensor accessors need a tensor_check");
+        rc = -1;
+    }
+    if (rc < 0) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        Py_DECREF(gs);
+        return NULL;
+    }
+    return (PyObject *)gs;
+}
+
+static int guardset_traverse(GuardSet *gs, visitproc visit, void *arg)
+{
+    for (int i = 0; gs->accessors != NULL && i < gs->n_accessors; i++)
+        Py_VISIT(gs->accessors[i].key);
+    for (int i = 0; gs->items != NULL && i < gs->n_items; i++)
+        Py_VISIT(gs->items[i].check);
+    Py_VISIT(gs->tensor_check);
+    Py_VISIT(gs->fallback);
+    Py_VISIT(gs->globals);
+    Py_VISIT(gs->dict);
+    return 0;
+}
+
+static int guardset_clear(GuardSet *gs)
+{
+    guardset_free_tables(gs);
+    Py_CLEAR(gs->tensor_check);
+    Py_CLEAR(gs->fallback);
+    Py_CLEAR(gs->globals);
+    Py_CLEAR(gs->dict);
+    return 0;
+}
+
+static void guardset_dealloc(GuardSet *gs)
+{
+    PyObject_GC_UnTrack(gs);
+    if (gs->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)gs);
+    guardset_clear(gs);
+    Py_TYPE(gs)->tp_free((PyObject *)gs);
+}
+
+static PyMemberDef guardset_members[] = {
+    {"valid", T_INT, offsetof(GuardSet, valid), 0, "false once an object it identifies has died"},
+    {"__dictoffset__", T_PYSSIZET, offsetof(GuardSet, dict), READONLY},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(GuardSet, weakreflist), READONLY},
+    {NULL},
+};
+
+static PyGetSetDef guardset_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
+    {NULL},
+};
+
+static PyTypeObject GuardSetType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "minidynamo._C.GuardSet",
+    .tp_basicsize = sizeof(GuardSet),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "GuardSet(accessors, items, globals, tensor_check=None, tensor_accessors=(), fallback=None):\n"
+              "the guards of one cache entry; call it with a locals dict, or let the hook check a frame.",
+    .tp_new = guardset_new,
+    .tp_call = guardset_call,
+    .tp_dealloc = (destructor)guardset_dealloc,
+    .tp_traverse = (traverseproc)guardset_traverse,
+    .tp_clear = (inquiry)guardset_clear,
+    .tp_members = guardset_members,
+    .tp_getset = guardset_getset,
+    .tp_dictoffset = offsetof(GuardSet, dict),
+    .tp_weaklistoffset = offsetof(GuardSet, weakreflist),
+};
+
+static int add_type(PyObject *module, PyTypeObject *type, const char *name)
+{
+    if (PyType_Ready(type) < 0)
+        return -1;
+    Py_INCREF(type);
+    if (PyModule_AddObject(module, name, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return -1;
+    }
+    return 0;
+}
+
+int guards_init_types(PyObject *module)
+{
+    if (add_type(module, &GuardCheckType, "GuardCheck") < 0 || add_type(module, &GuardSetType, "GuardSet") < 0)
+        return -1;
+    static const struct { const char *name; int value; } constants[] = {
+        {"ACC_LOCAL", ACC_LOCAL}, {"ACC_GLOBAL", ACC_GLOBAL}, {"ACC_ATTR", ACC_ATTR}, {"ACC_ITEM", ACC_ITEM},
+        {"ACC_CONST", ACC_CONST}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
+        {"CHK_LEN", CHK_LEN}, {"CHK_DICT_KEYS", CHK_DICT_KEYS}, {"CHK_ALIAS", CHK_ALIAS}, {"CHK_CALL", CHK_CALL},
+    };
+    for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
+        if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)
+            return -1;
+    return 0;
+}

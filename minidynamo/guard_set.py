@@ -1,0 +1,206 @@
+"""Builds the C GuardSet of a cache entry from its guards.
+
+Sources become accessors (a local slot, a global, an attribute or item of another accessor);
+each guard becomes a GuardCheck on an accessor. Checks are shared between the entries of one code
+object, so a guard common to several entries passes once per lookup. Tensor properties go to
+one TensorGuards call; shape-env relations to a small Python fallback.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch._C._dynamo.guards import TensorGuards
+
+from . import _C
+from .guards import CheckFunction, Guard, GuardKind, code_for, detach_value, render_source, shape_env_fallback
+from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
+                     ModuleGlobalsSource, Source)
+
+# per code object: check key -> (GuardCheck, GuardSets using it)
+_shared: "weakref.WeakKeyDictionary[types.CodeType, Dict[Tuple, Any]]" = weakref.WeakKeyDictionary()
+
+
+class _NotExpressible(Exception):
+    pass
+
+
+def local_slots(code: types.CodeType) -> Dict[str, int]:
+    """Index of each local, cell and free variable in the frame's `localsplus` array (CPython 3.11)."""
+    names = list(code.co_varnames)
+    names += [c for c in code.co_cellvars if c not in code.co_varnames]
+    names += list(code.co_freevars)
+    return {name: i for i, name in enumerate(names)}
+
+
+def _static_dims(values: Sequence[int], dynamic: Sequence[int]) -> List[Optional[int]]:
+    """Per-dimension expectations for TensorGuards: None leaves a symbolic dimension unchecked."""
+    return [None if i in dynamic else v for i, v in enumerate(values)]
+
+
+class GuardSetBuilder:
+    def __init__(self, code: types.CodeType, f_locals: Dict[str, Any], f_globals: Dict[str, Any],
+                 namespaces: Dict[str, Dict[str, Any]]) -> None:
+        self.code = code
+        self.slots = local_slots(code)
+        self.scope = {**namespaces, "L": f_locals, "G": f_globals}
+        self.f_globals = f_globals
+        self.namespaces = namespaces
+        self.accessors: List[Tuple[int, int, Any, int]] = []
+        self.accessor_index: Dict[str, int] = {}
+        self.items: List[Tuple[Any, int, int]] = []
+        self.shared = _shared.setdefault(code, {})
+        self.weak_checks: List[Tuple] = []
+
+    def value_of(self, source: Source) -> Any:
+        return eval(source.name(), self.scope)
+
+    def accessor(self, source: Source) -> int:
+        name = source.name()
+        if name not in self.accessor_index:
+            spec = self._accessor_spec(source)
+            self.accessors.append(spec)
+            self.accessor_index[name] = len(self.accessors) - 1
+        return self.accessor_index[name]
+
+    def _accessor_spec(self, source: Source) -> Tuple[int, int, Any, int]:
+        if isinstance(source, LocalSource):
+            return (_C.ACC_LOCAL, -1, source.local_name, self.slots[source.local_name])
+        if isinstance(source, GlobalSource):
+            return (_C.ACC_GLOBAL, -1, source.global_name, 0)
+        if isinstance(source, ModuleGlobalsSource):
+            return (_C.ACC_CONST, -1, source.namespace, 0)
+        if isinstance(source, AttrSource):
+            base = self.value_of(source.base)
+            if isinstance(base, torch.nn.Module):  # read the module's dicts, not nn.Module.__getattr__
+                for table in ("_parameters", "_buffers", "_modules"):
+                    if source.member in getattr(base, table):
+                        return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, table)), source.member, 0)
+            return (_C.ACC_ATTR, self.accessor(source.base), source.member, 0)
+        if isinstance(source, CellContentsSource):
+            return (_C.ACC_ATTR, self.accessor(source.base), "cell_contents", 0)
+        if isinstance(source, DefaultsSource):
+            table = AttrSource(source.base, "__kwdefaults__" if source.kwonly else "__defaults__")
+            return (_C.ACC_ITEM, self.accessor(table), source.index, 0)
+        if isinstance(source, GetItemSource):
+            base = self.value_of(source.base)
+            if isinstance(base, (torch.nn.ModuleList, torch.nn.Sequential)) and isinstance(source.index, int):
+                key = list(base._modules)[source.index]  # the dict entry, not the Python __getitem__
+                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, "_modules")), key, 0)
+            return (_C.ACC_ITEM, self.accessor(source.base), source.index, 0)
+        raise _NotExpressible(type(source).__name__)
+
+    def check(self, key: Tuple, kind: int, expected: Any, **kwargs: Any) -> Any:
+        """The GuardCheck for `key`, shared with earlier entries of the same code."""
+        try:
+            known = self.shared.get(key)
+        except TypeError:  # unhashable expected value: not shared
+            return _C.GuardCheck(kind, expected, **kwargs)
+        if known is None:
+            known = self.shared[key] = _C.GuardCheck(kind, expected, **kwargs)
+        return known
+
+    def add(self, guard: Guard) -> None:
+        name, kind, value = guard.name, guard.kind, guard.value
+        acc = self.accessor(guard.source) if guard.source is not None else -1
+        if kind is GuardKind.TYPE_MATCH:
+            self.items.append((self.check((name, "type", id(value)), _C.CHK_TYPE, value), acc, -1))
+        elif kind in (GuardKind.ID_MATCH, GuardKind.NN_MODULE):
+            self.items.append((self.identity_check(name, value), acc, -1))
+        elif kind is GuardKind.EQUALS_MATCH:
+            self.items.append((self.check((name, "eq", type(value), value), _C.CHK_EQUALS, value), acc, -1))
+        elif kind is GuardKind.LIST_LENGTH:
+            key = (name, "len", type(value), len(value))
+            self.items.append((self.check(key, _C.CHK_LEN, type(value), length=len(value)), acc, -1))
+        elif kind is GuardKind.DICT_KEYS:
+            keys = tuple(value)
+            self.items.append((self.check((name, "keys", keys), _C.CHK_DICT_KEYS, keys), acc, -1))
+        elif kind is GuardKind.ALIAS_OF:
+            check = self.check((name, "alias", value.name()), _C.CHK_ALIAS, None)
+            self.items.append((check, acc, self.accessor(value)))
+        elif kind is GuardKind.GRAD_MODE:
+            check = self.check(("", "grad", value), _C.CHK_CALL, torch.is_grad_enabled, expected2=value)
+            self.items.append((check, -1, -1))
+
+    def identity_check(self, name: str, value: Any) -> Any:
+        key = (name, "id", id(value))
+        known = self.shared.get(key)
+        if known is not None:
+            target = known.expected() if isinstance(known.expected, weakref.ref) else known.expected
+            if target is value:
+                return known
+            del self.shared[key]  # an earlier object that lived at the same address has died
+        try:
+            ref = weakref.ref(value, self._died_callback())
+        except TypeError:
+            return self.check(key, _C.CHK_ID, value)
+        return self.check(key, _C.CHK_ID, ref, weak=True)
+
+    def _died_callback(self) -> Any:
+        """When an identified object dies, entries guarding on it are dropped at once."""
+        code_ref = weakref.ref(self.code)
+        users: "weakref.WeakSet" = weakref.WeakSet()
+        self.weak_checks.append(users)
+        drop_invalid_entries = _C.drop_invalid_entries  # still reachable during interpreter shutdown
+
+        def died(_: Any) -> None:
+            for guard_set in list(users):
+                guard_set.valid = False
+            code = code_ref()
+            if code is not None:
+                drop_invalid_entries(code)
+
+        return died
+
+    def build(self, guards: Sequence[Guard]) -> CheckFunction:
+        ordered = sorted(guards, key=Guard.sort_key)
+        tensors: List[Guard] = []
+        for guard in ordered:
+            guard.code_list = code_for(guard)
+            if guard.kind is GuardKind.TENSOR_MATCH:
+                tensors.append(guard)
+            else:
+                self.add(guard)
+        tensor_check, tensor_accessors = None, []
+        if tensors:
+            values = [self.value_of(g.source) for g in tensors]
+            tensor_check = TensorGuards(
+                *values,
+                dynamic_dims_sizes=[_static_dims(t.size(), g.dynamic_dims) for t, g in zip(values, tensors)],
+                # strides of a tensor with a symbolic size are symbolic expressions: left unchecked
+                dynamic_dims_strides=[_static_dims(t.stride(), range(t.dim()) if g.dynamic_dims else ())
+                                      for t, g in zip(values, tensors)],
+            ).check
+            tensor_accessors = [self.accessor(g.source) for g in tensors]
+        guard_set = _C.GuardSet(self.accessors, self.items, self.f_globals, tensor_check, tensor_accessors,
+                                shape_env_fallback(ordered, self.f_globals, self.namespaces))
+        for users in self.weak_checks:
+            users.add(guard_set)
+        stored = [detach_value(g) for g in ordered]
+        return CheckFunction(guard_set, stored, render_source(ordered), self.namespaces)
+
+
+def build_check_function(code: types.CodeType, guards: Sequence[Guard], f_locals: Dict[str, Any],
+                         f_globals: Dict[str, Any], namespaces: Dict[str, Dict[str, Any]]) -> CheckFunction:
+    """The check of a new cache entry: a C GuardSet, or a Python function for sources it cannot reach."""
+    try:
+        return GuardSetBuilder(code, f_locals, f_globals, namespaces).build(guards)
+    except _NotExpressible:
+        return _python_check_function(guards, f_globals, namespaces)
+
+
+def _python_check_function(guards: Sequence[Guard], f_globals: Dict[str, Any],
+                           namespaces: Dict[str, Dict[str, Any]]) -> CheckFunction:
+    from .guards import failure_reason
+
+    ordered = sorted(guards, key=Guard.sort_key)
+    for guard in ordered:
+        guard.code_list = code_for(guard)
+    stored = [detach_value(g) for g in ordered]
+
+    def check(f_locals: Dict[str, Any]) -> bool:
+        return failure_reason(stored, f_locals, f_globals, namespaces) is None
+
+    return CheckFunction(check, stored, render_source(ordered), namespaces)
