@@ -1,11 +1,17 @@
 """minidynamo: a PEP 523 frame-evaluation JIT for PyTorch."""
 from . import config
 from .backends import list_backends, lookup_backend, register_backend
-from .explain import explain
+from .compile_api import OptimizedModule, compile
+from .convert_frame import stats
+from .explain import ExplainOutput, explain
 from .eval_frame import GuardedCode, disable, optimize, optimize_with_callback, reset, run
+from .logs import set_logs
 
 __all__ = [
+    "ExplainOutput",
     "GuardedCode",
+    "OptimizedModule",
+    "compile",
     "config",
     "disable",
     "explain",
@@ -16,4 +22,6 @@ __all__ = [
     "register_backend",
     "reset",
     "run",
+    "stats",
+    "set_logs",
 ]

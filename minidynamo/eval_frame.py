@@ -43,30 +43,12 @@ class _CallbackContext:
 
     def __call__(self, fn: Callable) -> Callable:
         if isinstance(fn, torch.nn.Module):
+            from .compile_api import OptimizedModule  # compile_api imports this module
+
             return OptimizedModule(fn, self)
         wrapper = _C.CallbackWrapper(fn, self.callback)
         functools.update_wrapper(wrapper, fn)
         return wrapper
-
-
-class OptimizedModule(torch.nn.Module):
-    """Wraps a module so that calling it runs the original module's call under a callback.
-
-    The original is `_orig_mod`, a submodule, so parameters, buffers and state_dict are shared;
-    attributes not found on the wrapper are read from it."""
-
-    def __init__(self, mod: torch.nn.Module, context: "_CallbackContext") -> None:
-        super().__init__()
-        self._orig_mod = mod
-        self._compiled_call = context(mod.__call__)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._compiled_call(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "_orig_mod":
-            return super().__getattr__(name)
-        return getattr(self._orig_mod, name)
 
 
 def optimize_with_callback(callback: Callable[[Any], Optional[GuardedCode]]) -> _CallbackContext:
@@ -94,8 +76,11 @@ def is_disabled(fn: Any) -> bool:
 
 def reset() -> None:
     """Drop every compiled entry, so that every function compiles afresh on its next call."""
+    from .convert_frame import counters
+
     _C.reset()
     _C.reset_stats()
+    counters.clear()
 
 
 def _on_gc(phase: str, info: Dict[str, int]) -> None:

@@ -1,16 +1,25 @@
-"""explain(fn)(*args): what compiling `fn` produced: graphs, graph breaks with user lines, guards."""
+"""explain(fn)(*args): what compiling `fn` produced: graphs, graph breaks with user lines, guards,
+and for each converted frame its transformed code (decompiled) and guard check function."""
 from __future__ import annotations
 
+import dis
+import functools
+import io
+import re
+import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 
-from . import convert_frame, eval_frame
+from . import _C, convert_frame, eval_frame
 from .exc import UserFrame
 from .guards import Guard
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
+_RESUME_NAME = re.compile(r"__resume_at_(\d+)_in_(\w+)")
+# depyf prints a constant it cannot spell (a function object) as this string literal.
+_DEPYF_CONST = re.compile(r"'__co_consts\[(\d+)\]'")
 
 
 @dataclass
@@ -23,12 +32,113 @@ class BreakReason:
 
 
 @dataclass
+class DecompiledCode:
+    source: str
+    exact: bool  # False: a `dis` listing, because depyf is not installed or could not decompile
+
+
+def _const_names(code: types.CodeType, first_graph: int) -> Dict[int, str]:
+    """Readable names for the constants of generated code that are objects: the compiled graphs
+    (called through `disable` wrappers) numbered as in explain's graph list, and functions."""
+    names: Dict[int, str] = {}
+    graph = first_graph
+    for index, const in enumerate(code.co_consts):
+        if isinstance(const, _C.CallbackWrapper):
+            names[index] = f"__compiled_graph_{graph}"
+            graph += 1
+        elif isinstance(const, types.FunctionType):
+            names[index] = const.__name__
+    return names
+
+
+def decompile(code: types.CodeType, first_graph: int = 0) -> DecompiledCode:
+    """Python source for `code` via depyf when it can; a `dis` listing otherwise."""
+    try:
+        import depyf
+
+        source = depyf.decompile(code)
+    except Exception as e:  # ImportError, or code depyf does not handle
+        listing = io.StringIO()
+        dis.dis(code, file=listing, depth=0)
+        why = "depyf is not installed" if isinstance(e, ImportError) else f"depyf failed: {e}"
+        return DecompiledCode(f"# bytecode listing ({why})\n{listing.getvalue()}", exact=False)
+    names = _const_names(code, first_graph)
+    return DecompiledCode(_DEPYF_CONST.sub(lambda m: names.get(int(m.group(1)), m.group(0)), source).strip(), True)
+
+
+@dataclass
+class FrameReport:
+    """One converted frame: a user function or a resume function after a graph break."""
+
+    record: convert_frame.FrameRecord
+    first_graph: int  # index in ExplainOutput.graphs of this frame's first graph
+
+    @property
+    def name(self) -> str:
+        return self.record.code.co_name
+
+    @property
+    def resumes(self) -> Optional[str]:
+        """For a resume function, 'fn at offset N': where in which function it continues."""
+        match = _RESUME_NAME.fullmatch(self.name)
+        return f"{match.group(2)} at offset {match.group(1)}" if match else None
+
+    @property
+    def graph_indices(self) -> List[int]:
+        return list(range(self.first_graph, self.first_graph + len(self.record.graphs)))
+
+    @functools.cached_property
+    def transformed(self) -> Optional[DecompiledCode]:
+        code = self.record.transformed_code
+        return decompile(code, self.first_graph) if code is not None else None
+
+    @property
+    def check_source(self) -> Optional[str]:
+        return self.record.check.source_code if self.record.check is not None else None
+
+    @property
+    def guards(self) -> List[Guard]:
+        return self.record.check.guards if self.record.check is not None else []
+
+    @property
+    def location(self) -> str:
+        return f"{self.record.code.co_filename}:{self.record.code.co_firstlineno}"
+
+    def __str__(self) -> str:
+        title = f"resume function: {self.name} (continues {self.resumes})" if self.resumes else self.name
+        lines = [f"\n--- frame {title}  [{self.location}] ---"]
+        if self.record.unsupported is not None:
+            lines.append(f"runs unconverted: {self.record.unsupported.msg}")
+        if self.transformed is not None:
+            kind = "transformed code" if self.transformed.exact else "transformed code, not decompiled"
+            lines += [f"# {kind}:", self.transformed.source]
+        if self.check_source is not None:
+            lines += ["# guard check:", self.check_source.rstrip()]
+        return "\n".join(lines)
+
+
+@dataclass
 class ExplainOutput:
     graphs: List[torch.fx.GraphModule] = field(default_factory=list)
     break_reasons: List[BreakReason] = field(default_factory=list)
     out_guards: List[Guard] = field(default_factory=list)
     compile_times: List[float] = field(default_factory=list)
     frames: List[convert_frame.FrameRecord] = field(default_factory=list)
+
+    @classmethod
+    def from_frames(cls, frames: Iterable[convert_frame.FrameRecord]) -> "ExplainOutput":
+        out = cls()
+        for record in frames:
+            out.frames.append(record)
+            out.graphs.extend(record.graphs)
+            out.compile_times.extend(record.compile_times)
+            if record.check is not None:
+                out.out_guards.extend(record.check.guards)
+            for reason in record.break_reasons:
+                out.break_reasons.append(BreakReason(reason.msg, reason.user_stack))
+            if record.unsupported is not None:
+                out.break_reasons.append(BreakReason(record.unsupported.msg, record.unsupported.user_stack))
+        return out
 
     @property
     def graph_count(self) -> int:
@@ -46,6 +156,26 @@ class ExplainOutput:
     def op_count(self) -> int:
         return sum(len(ops) for ops in self.ops_per_graph)
 
+    @property
+    def compile_seconds(self) -> float:
+        return sum(r.seconds for r in self.frames)
+
+    @functools.cached_property
+    def frame_reports(self) -> List[FrameReport]:
+        reports, first_graph = [], 0
+        for record in self.frames:
+            reports.append(FrameReport(record, first_graph))
+            first_graph += len(record.graphs)
+        return reports
+
+    def render(self, path: str) -> str:
+        """Write a self-contained HTML report to `path`; returns the path."""
+        from .report import render_html
+
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(render_html(self))
+        return path
+
     def __str__(self) -> str:
         lines = [f"Graph count: {self.graph_count}", f"Graph break count: {self.graph_break_count}",
                  f"Op count: {self.op_count}"]
@@ -59,9 +189,9 @@ class ExplainOutput:
         if self.out_guards:
             lines.append("\n--- guards ---")
             lines.extend(f"  {guard}" for guard in self.out_guards)
+        lines.extend(map(str, self.frame_reports))
         if self.compile_times:
-            total = sum(r.seconds for r in self.frames)
-            lines.append(f"\nCompile time: {total * 1000:.1f} ms over {len(self.frames)} frame(s)")
+            lines.append(f"\nCompile time: {self.compile_seconds * 1000:.1f} ms over {len(self.frames)} frame(s)")
         return "\n".join(lines)
 
 
@@ -69,23 +199,14 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
     """`explain(fn)(*args, **kwargs)` compiles and runs `fn` once and reports what happened."""
 
     def inner(*args: Any, **kwargs: Any) -> ExplainOutput:
-        out = ExplainOutput()
+        frames: List[convert_frame.FrameRecord] = []
         eval_frame.reset()
-        convert_frame.compile_listeners.append(out.frames.append)
+        convert_frame.compile_listeners.append(frames.append)
         try:
             eval_frame.optimize(lambda gm, example_inputs: gm.forward)(fn)(*args, **kwargs)
         finally:
-            convert_frame.compile_listeners.remove(out.frames.append)
+            convert_frame.compile_listeners.remove(frames.append)
             eval_frame.reset()
-        for record in out.frames:
-            out.graphs.extend(record.graphs)
-            out.compile_times.extend(record.compile_times)
-            if record.check is not None:
-                out.out_guards.extend(record.check.guards)
-            for reason in record.break_reasons:
-                out.break_reasons.append(BreakReason(reason.msg, reason.user_stack))
-            if record.unsupported is not None:
-                out.break_reasons.append(BreakReason(record.unsupported.msg, record.unsupported.user_stack))
-        return out
+        return ExplainOutput.from_frames(frames)
 
     return inner
