@@ -10,6 +10,7 @@ static _Thread_local int tls_busy = 0;             /* inside a callback or guard
 static int n_active_threads = 0;
 static _PyFrameEvalFunction previous_eval = NULL;
 static int cache_size_limit = 8;
+static PyObject *cache_limit_hook = NULL; /* called with the FrameInfo when a code reaches the limit */
 static int lookup_depth = 0;
 
 static struct {
@@ -89,13 +90,23 @@ static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, P
     return found;
 }
 
-static int warn_cache_limit(CodeExtra *extra, PyCodeObject *code)
+/* Once per code object: the Python hook (which can say which guard failed) or a plain warning. */
+static int warn_cache_limit(CodeExtra *extra, struct _PyInterpreterFrame *f)
 {
+    PyCodeObject *code = frame_code(f);
     stats.limit_hits++;
     if (extra->warned_limit)
         return 0;
     extra->warned_limit = 1;
     tls_busy = 1;
+    if (cache_limit_hook != NULL) {
+        PyObject *info = frame_info(f);
+        PyObject *r = info != NULL ? PyObject_CallOneArg(cache_limit_hook, info) : NULL;
+        Py_XDECREF(info);
+        Py_XDECREF(r);
+        tls_busy = 0;
+        return r == NULL ? -1 : 0;
+    }
     int rc = PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
                             "minidynamo: function '%U' (%U:%d) reached the cache size limit "
                             "(%d entries); it now runs without compiling",
@@ -190,7 +201,7 @@ static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, i
     if (callback == Py_False)
         return previous_eval(ts, f, throwflag);
     if (extra != NULL && extra->n_entries >= cache_size_limit) {
-        if (warn_cache_limit(extra, code) < 0)
+        if (warn_cache_limit(extra, f) < 0)
             return NULL;
         return previous_eval(ts, f, throwflag);
     }
@@ -278,7 +289,7 @@ static PyObject *get_cache_entries(PyObject *self, PyObject *obj)
     if (result == NULL || extra == NULL)
         return result;
     for (CacheEntry *e = extra->head; e != NULL; e = e->next) {
-        PyObject *pair = PyTuple_Pack(2, e->check_fn, e->code);
+        PyObject *pair = PyTuple_Pack(3, e->check_fn, e->code, e->owner);
         if (pair == NULL || PyList_Append(result, pair) < 0) {
             Py_XDECREF(pair);
             Py_DECREF(result);
@@ -358,6 +369,16 @@ static PyObject *set_cache_size_limit(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *set_cache_limit_hook(PyObject *self, PyObject *hook)
+{
+    if (hook != Py_None && !PyCallable_Check(hook)) {
+        PyErr_SetString(PyExc_TypeError, "the cache limit hook must be callable or None");
+        return NULL;
+    }
+    Py_XSETREF(cache_limit_hook, hook == Py_None ? NULL : Py_NewRef(hook));
+    Py_RETURN_NONE;
+}
+
 static PyObject *get_cache_size_limit(PyObject *self, PyObject *unused)
 {
     return PyLong_FromLong(cache_size_limit);
@@ -387,7 +408,7 @@ static PyMethodDef methods[] = {
     {"skip_code", skip_code, METH_O, "Never convert frames of this code object."},
     {"is_skipped", is_skipped, METH_O, "Whether frames of this code object are never converted."},
     {"get_cache_entries", get_cache_entries, METH_O,
-     "The (check_fn, code) cache entries of a code object, most recently used first."},
+     "The (check_fn, code, owner callback) cache entries of a code object, most recently used first."},
     {"clear_cache", clear_cache, METH_O, "Drop the cache entries of one code object."},
     {"reset", reset, METH_NOARGS, "Drop every cache entry and every skip mark made by callbacks."},
     {"drop_invalid_entries", drop_invalid_entries, METH_O,
@@ -396,6 +417,8 @@ static PyMethodDef methods[] = {
      "Release the function objects cached on entries (rebuilt on demand)."},
     {"set_cache_size_limit", set_cache_size_limit, METH_O, "Entries per code object."},
     {"get_cache_size_limit", get_cache_size_limit, METH_NOARGS, "Entries per code object."},
+    {"set_cache_limit_hook", set_cache_limit_hook, METH_O,
+     "Call hook(frame_info) (instead of warning) the first time a code object reaches the limit."},
     {"stats", get_stats, METH_NOARGS, "Counters of the hook."},
     {"reset_stats", reset_stats, METH_NOARGS, "Zero the counters of the hook."},
     {NULL, NULL, 0, NULL},

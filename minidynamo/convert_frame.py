@@ -1,18 +1,20 @@
 """The frame callback: decide whether to convert a frame, translate it, and build its cache entry."""
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import sysconfig
 import time
 import types
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from . import config
+from . import _C, config
 from .eval_frame import GuardedCode
 from .exc import BackendCompilerFailed, Unsupported
 from .guard_set import build_check_function
@@ -64,11 +66,58 @@ class FrameRecord:
     check: Optional[CheckFunction] = None
     transformed_code: Optional[types.CodeType] = None
     unsupported: Optional[Unsupported] = None  # why the frame runs unconverted
+    recompile_reason: Optional[str] = None  # why the latest entry of this code did not match
     break_reasons: List[Unsupported] = field(default_factory=list)
     seconds: float = 0.0
 
 
 compile_listeners: List[Callable[[FrameRecord], None]] = []
+counters: "collections.Counter[str]" = collections.Counter()
+recompiles_log = logging.getLogger("minidynamo.recompiles")
+# the CheckFunction (guards, reasons) behind each entry's check_fn
+_check_functions: "weakref.WeakKeyDictionary[Any, CheckFunction]" = weakref.WeakKeyDictionary()
+
+
+def recompile_reason(frame: Any, owner: Any = None) -> Optional[str]:
+    """Why the most recent entry of this code (compiled by `owner`, or by anyone) rejects the frame."""
+    for check_fn, _, entry_owner in _C.get_cache_entries(frame.f_code):
+        if owner is not None and entry_owner is not owner:
+            continue
+        check = _check_functions.get(check_fn)
+        if check is None:
+            return "the guards of the latest entry failed"
+        return check.failure_reason(frame.f_locals, frame.f_globals) or "the guards of the latest entry failed"
+    return None
+
+
+def _on_cache_limit(frame: Any) -> None:
+    code = frame.f_code
+    reason = recompile_reason(frame)
+    warnings.warn(
+        f"minidynamo: function '{code.co_qualname}' ({code.co_filename}:{code.co_firstlineno}) reached the cache "
+        f"size limit ({_C.get_cache_size_limit()} entries); it now runs without compiling. "
+        f"Last guard failure: {reason}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+_C.set_cache_limit_hook(_on_cache_limit)
+
+
+def stats() -> Dict[str, int]:
+    """Counters since the last reset(): frames seen by the hook, frames compiled, cache hits and
+    misses, recompiles, graph breaks, frames left unconverted."""
+    hook = _C.stats()
+    return {
+        "frames_seen": hook["frames"],
+        "compiled": counters["compiled"],
+        "cache_hits": hook["hits"],
+        "cache_misses": hook["misses"],
+        "recompiles": counters["recompiles"],
+        "graph_breaks": counters["graph_breaks"],
+        "unconverted": counters["unconverted"],
+    }
 
 
 def format_unsupported(error: Unsupported) -> str:
@@ -91,10 +140,19 @@ class ConvertFrame:
         if skip_reason(frame.f_code) is not None:
             return None
         record = FrameRecord(frame.f_code)
+        record.recompile_reason = recompile_reason(frame, owner=self)
+        if record.recompile_reason is not None:
+            counters["recompiles"] += 1
+            recompiles_log.info("recompiling %s (%s:%d): %s", frame.f_code.co_qualname, frame.f_code.co_filename,
+                                frame.f_code.co_firstlineno, record.recompile_reason)
         start = time.perf_counter()
         try:
-            return self.convert(frame, record)
+            guarded = self.convert(frame, record)
+            counters["compiled"] += 1
+            counters["graph_breaks"] += len(record.break_reasons)
+            return guarded
         except Unsupported as e:
+            counters["unconverted"] += 1
             record.unsupported = e
             log.debug("running %s unconverted: %s", frame.f_code.co_name, format_unsupported(e))
             if self.nopython:
@@ -131,6 +189,7 @@ class ConvertFrame:
         record.transformed_code = tracer.generated_code
         record.check = build_check_function(frame.f_code, list(output.guards.values()), frame.f_locals,
                                             frame.f_globals, output.namespaces)
+        _check_functions[record.check.fn] = record.check
         return GuardedCode(tracer.generated_code, record.check.fn)
 
     def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:
