@@ -180,7 +180,8 @@ def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals:
     """The first guard that fails on these locals, in words; None if all pass."""
     scope = {**namespaces, "L": f_locals, "G": f_globals, "torch": torch}
     tensors: List[Tuple[str, Any]] = []
-    for guard in guards:
+    # in the order the C guard set checks them: shape relations last
+    for guard in sorted(guards, key=lambda g: g.kind is GuardKind.SHAPE_ENV):
         try:
             value = eval(guard.name, scope) if guard.source is not None else None
         except Exception:
@@ -220,7 +221,11 @@ def _reason(guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
         return f"grad mode mismatch: expected {expected}, got {torch.is_grad_enabled()}"
     if kind is GuardKind.SHAPE_ENV:
         for expr in expected:
-            if not eval(expr, scope):
+            try:
+                holds = eval(expr, scope)
+            except Exception:
+                holds = False
+            if not holds:
                 return f"shape guard failed: {expr}"
     return None
 
