@@ -71,7 +71,7 @@ def cpp(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callabl
     if _needs_grad(gm, example_inputs):
         return _compile_autograd(gm, example_inputs)
     compiled = compile_inference(gm, example_inputs)
-    if compiled is gm.forward:
+    if compiled == gm.forward:
         return compiled
 
     def run(*args):

@@ -25,7 +25,7 @@ def _relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
         return t
     if not is_dense(buf.size, buf.stride):
         return None
-    return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype).copy_(t)
+    return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
 
 
 class CompiledGraph:
