@@ -10,6 +10,13 @@ import torch
 import minidynamo
 from minidynamo.explain import decompile
 
+try:
+    import depyf  # noqa: F401
+
+    HAVE_DEPYF = True
+except ImportError:
+    HAVE_DEPYF = False
+
 
 def toy(a, b):
     x = a / (torch.abs(a) + 1)
@@ -45,12 +52,13 @@ def test_guards_carry_name_source_create_function_and_code(out):
 def test_frames_have_decompiled_code_resume_functions_and_check_source(out):
     first, resume = out.frame_reports
     assert first.name == "toy" and first.resumes is None and first.graph_indices == [0]
-    assert first.transformed.exact
-    assert "__compiled_graph_0(a, b)" in first.transformed.source
     assert "__resume_at_" in first.transformed.source
     assert resume.name.startswith("__resume_at_") and resume.name.endswith("_in_toy")
     assert resume.resumes.startswith("toy at offset") and resume.graph_indices == [1]
-    assert "__compiled_graph_1" in resume.transformed.source
+    if HAVE_DEPYF:
+        assert first.transformed.exact and resume.transformed.exact
+        assert "__compiled_graph_0(a, b)" in first.transformed.source
+        assert "__compiled_graph_1" in resume.transformed.source
     for frame in (first, resume):
         assert frame.check_source and frame.guards
 
@@ -65,7 +73,7 @@ def test_decompile_falls_back_to_a_bytecode_listing(monkeypatch):
 def test_str_is_a_readable_report(out):
     text = str(out)
     for piece in ("Graph count: 2", "Graph break count: 1", "--- break reasons ---", "--- guards ---",
-                  "# transformed code:", "# guard check:", "resume function: __resume_at_", "Compile time:"):
+                  "# transformed code", "# guard check:", "resume function: __resume_at_", "Compile time:"):
         assert piece in text, piece
 
 
