@@ -32,6 +32,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 bench: setup
+	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q matplotlib
 	$(PY) -m benchmarks
 
 clean:

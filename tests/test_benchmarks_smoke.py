@@ -1,0 +1,63 @@
+"""Smoke test of `python -m benchmarks`: one tiny case of each section, then the report files.
+
+The kernels section is `benchmarks/bench_kernels.py` (its inductor compiles take too long here), so
+it is stood in for by rows of the shape it returns; every other section runs for real (compile
+latency with one subprocess, minidynamo's).
+"""
+import json
+import time
+
+import pytest
+
+from benchmarks import __main__ as cli
+from benchmarks import bench_compile, bench_models, bench_overhead, bench_scaling
+
+KERNEL_ROWS = [
+    {"workload": "bandwidth", "threads": 1, "triad_torch": 10.0, "triad_ours": 9.0, "copy_torch": 11.0},
+    {"workload": "chain6 1M", "threads": 1, "eager_ms": 2.0, "inductor_ms": 1.0, "cpp_ms": 1.0,
+     "speedup_vs_eager": 2.0, "speedup_vs_inductor": 1.0, "cpp_gbps": 12.0, "cpp_pct_of_bandwidth": 100.0},
+]
+
+TINY = {
+    "overhead": lambda quick, threads: bench_overhead.run(True, only=("int and float arguments",)),
+    "compile": lambda quick, threads: {"rows": (rows := bench_compile.measure(
+        [("pointwise", "minidynamo eager", "cold")], 1, threads)),
+        "aims": bench_compile.aims(rows)},
+    "kernels": lambda quick, threads: {"rows": KERNEL_ROWS},
+    "models": lambda quick, threads: bench_models.run(True, models=("cnn",), modes=(False,)),
+    "scaling": lambda quick, threads: bench_scaling.run(True, ops=(10,), entries=(2,)),
+}
+
+
+def _checked_rows(results: dict):
+    yield from results["overhead"]["rows"]
+    yield from results["compile"]["rows"]
+    for row in results["models"]["rows"]:
+        yield from (t for t in row["systems"].values() if "skipped" not in t)
+    yield from results["scaling"]["graph_size"]
+    yield from results["scaling"]["cache_entries"]
+
+
+def test_tiny_run_writes_checked_results(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "SECTIONS", TINY)
+    monkeypatch.setattr(bench_models, "systems", lambda: ["minidynamo eager", "torch eager"])
+    start = time.perf_counter()
+    paths = cli.main(["--quick", "--out", str(tmp_path)])
+    assert time.perf_counter() - start < 30
+    results = json.loads((tmp_path / "results.json").read_text())
+    rows = list(_checked_rows(results))
+    assert rows and all(r.get("checked") is True for r in rows), [r for r in rows if not r.get("checked")]
+    summary = (tmp_path / "summary.md").read_text()
+    assert results["meta"]["commit"] in summary and "cores" in summary
+    assert "aim: ≤ 1/4 of torch" in summary and "int and float arguments" in summary
+    assert (tmp_path / "chart.png").stat().st_size > 1000
+    assert set(paths) == {"json", "markdown", "chart"}
+
+
+def test_failing_case_is_recorded_not_raised(monkeypatch):
+    def broken(*args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(bench_scaling, "generated", broken)
+    rows = bench_scaling.run(True, ops=(10,), entries=())["graph_size"]
+    assert rows and all("boom" in r["error"] for r in rows)
