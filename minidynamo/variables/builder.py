@@ -14,12 +14,13 @@ from ..exc import unimplemented
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, GetItemSource, Source
 from .base import VariableTracker
+from ..eval_frame import is_disabled
 from .builtin import BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
-from .misc import PythonModuleVariable
+from .misc import DisabledFunctionVariable, PythonModuleVariable
 from .nn_module import NNModuleVariable
 from .torch import TorchVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
@@ -97,6 +98,9 @@ class VariableBuilder:
         if isinstance(value, types.FunctionType):
             self.guard(GuardKind.ID_MATCH, value)
             return UserFunctionVariable(value, source)
+        if is_disabled(value):
+            self.guard(GuardKind.ID_MATCH, value)
+            return DisabledFunctionVariable(value, source)
         if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             return UserMethodVariable(value.__func__, owner)

@@ -15,6 +15,8 @@ from .misc import CellVariable
 
 CO_VARARGS, CO_VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
 CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+# Library modules whose functions do I/O or touch process state: called, never inlined.
+_SIDE_EFFECT_MODULES = ("logging", "warnings", "threading", "io", "os", "subprocess", "pdb", "traceback")
 
 
 def bind_arguments(
@@ -85,6 +87,9 @@ class BaseUserFunctionVariable(VariableTracker):
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         if self.get_code().co_flags & CO_ASYNC:
             unimplemented(f"calling coroutine function {self.get_code().co_name}")
+        module = self.get_globals().get("__name__", "")
+        if module in _SIDE_EFFECT_MODULES or module.startswith(tuple(m + "." for m in _SIDE_EFFECT_MODULES)):
+            unimplemented(f"a call to {module}.{self.get_code().co_name} (output and global state stay in Python)")
         return tx.inline_user_function(self, args, kwargs)
 
 

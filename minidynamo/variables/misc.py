@@ -124,3 +124,17 @@ class WithExitVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         return self.context.call_method(tx, "__exit__", args, kwargs)
+
+
+class DisabledFunctionVariable(VariableTracker):
+    """A function wrapped in minidynamo.disable(): always called in plain Python."""
+
+    def __init__(self, fn: Any, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def describe(self) -> str:
+        return f"{getattr(self.fn, '__qualname__', 'function')} (wrapped in minidynamo.disable)"
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        unimplemented(f"a call to {self.describe()}")
