@@ -3,6 +3,7 @@ from . import config
 from .backends import list_backends, lookup_backend, register_backend
 from .compile_api import OptimizedModule, compile
 from .convert_frame import stats
+from .dynamic_shapes import mark_dynamic
 from .explain import ExplainOutput, explain
 from .eval_frame import GuardedCode, disable, optimize, optimize_with_callback, reset, run
 from .logs import set_logs
@@ -16,6 +17,7 @@ __all__ = [
     "disable",
     "explain",
     "list_backends",
+    "mark_dynamic",
     "lookup_backend",
     "optimize",
     "optimize_with_callback",

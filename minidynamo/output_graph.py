@@ -6,13 +6,26 @@ import re
 import time
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import eval_frame
+from .dynamic_shapes import (
+    ShapeEnvSource,
+    SizeSource,
+    SymbolicInput,
+    dynamic_dims,
+    guard_scope,
+    has_compiled,
+    is_marked,
+    new_shape_env,
+    remember_sizes,
+    shape_guards,
+    symbolic_context,
+)
 from .bytecode_transformation import assemble, frame_prologue
 from .pycodegen import PyCodegen
 from .side_effects import SideEffects
@@ -23,6 +36,7 @@ from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
 from .variables.dicts import ConstDictVariable
 from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, specialized_value
 from .variables.tensor import TensorVariable
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
@@ -31,7 +45,7 @@ _CALL_OPS = ("call_function", "call_method", "call_module")
 @dataclass
 class GraphArg:
     source: Source
-    example: torch.Tensor
+    example: Union[torch.Tensor, int]  # an int: a symbolic size of an input tensor
     node: torch.fx.Node
 
 
@@ -58,7 +72,10 @@ class OutputGraph:
 
     def __post_init__(self) -> None:
         self.root = torch.nn.Module()
-        self.fake_mode = FakeTensorMode()
+        self._fake_mode: Optional[FakeTensorMode] = None  # made on first use, see fake_mode()
+        self._input_sizes: Dict[str, Tuple[int, ...]] = {}
+        self._symbolic_inputs: List[SymbolicInput] = []
+        self._size_inputs: Dict[Any, SymNodeVariable] = {}  # sympy symbol -> its graph input
         self._inputs_by_source: Dict[str, TensorVariable] = {}
         self._inputs_by_id: Dict[int, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
@@ -70,8 +87,18 @@ class OutputGraph:
     def add_guard(self, guard: Guard) -> None:
         self.guards.setdefault((guard.name, guard.kind), guard)
 
-    def to_fake(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.fake_mode.from_tensor(tensor, static_shapes=True)
+    def fake_mode(self, tx, symbolic: bool = False) -> FakeTensorMode:
+        """The fake mode of this trace, made on first use: with a shape env when some input may get
+        symbolic sizes (`symbolic`: the input at hand wants some), else without one (static shapes,
+        the fast path of first compiles)."""
+        if self._fake_mode is None:
+            dynamic_possible = self.dynamic is True or (self.dynamic is None and (
+                symbolic or has_compiled(self.frame_state) or any(map(is_marked, _frame_values(tx)))))
+            self._fake_mode = FakeTensorMode(shape_env=new_shape_env() if dynamic_possible else None)
+        return self._fake_mode
+
+    def to_fake(self, tx, tensor: torch.Tensor) -> torch.Tensor:
+        return self.fake_mode(tx).from_tensor(tensor, static_shapes=True)
 
     def add_graph_input(self, tx, source: Source, value: torch.Tensor) -> TensorVariable:
         known = self._inputs_by_source.get(source.name())
@@ -82,18 +109,60 @@ class OutputGraph:
             self.add_guard(Guard(source, GuardKind.ALIAS_OF, alias.source))
             self._inputs_by_source[source.name()] = alias
             return alias
-        self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, value))
+        self._input_sizes[source.name()] = tuple(value.size())
+        dims = dynamic_dims(value, source.name(), self.dynamic, self.frame_state)
+        fake_mode = self.fake_mode(tx, symbolic=bool(dims))
+        if fake_mode.shape_env is None:  # a mark seen after the trace had started without a shape env
+            dims = ()
+        self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, value, dynamic_dims=dims))
+        node = self._add_placeholder(source, value)
+        if dims:
+            fake = fake_mode.from_tensor(value, source=ShapeEnvSource(source.name()),
+                                         symbolic_context=symbolic_context(value, dims))
+            self._symbolic_inputs.append(SymbolicInput(source, value, fake, dims))
+            self._lift_sizes(source, value, fake, dims)
+        else:
+            fake = fake_mode.from_tensor(value, static_shapes=True)
+        variable = TensorVariable(node, fake, source)
+        self._inputs_by_source[source.name()] = variable
+        self._inputs_by_id[id(value)] = variable
+        return variable
+
+    def _add_placeholder(self, source: Source, example: Union[torch.Tensor, int]) -> torch.fx.Node:
+        """A graph input after the existing ones (graph inputs come in the order of `graphargs`)."""
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first_op is None:  # inserting_before(None) would insert at the front
             node = self.graph.placeholder(_node_name(source.name()))
         else:
             with self.graph.inserting_before(first_op):
                 node = self.graph.placeholder(_node_name(source.name()))
-        self.graphargs.append(GraphArg(source, value, node))
-        variable = TensorVariable(node, self.to_fake(value), source)
-        self._inputs_by_source[source.name()] = variable
-        self._inputs_by_id[id(value)] = variable
-        return variable
+        self.graphargs.append(GraphArg(source, example, node))
+        return node
+
+    def _lift_sizes(self, source: Source, value: torch.Tensor, fake: torch.Tensor, dims: Tuple[int, ...]) -> None:
+        """Each new symbol among `fake`'s sizes becomes a graph input, passed `value.shape[dim]`."""
+        for dim in dims:
+            size = specialized_value(fake.size(dim))
+            if isinstance(size, int) or size.node.expr in self._size_inputs:
+                continue
+            size_source = SizeSource(source, dim)
+            node = self._add_placeholder(size_source, value.size(dim))
+            self._size_inputs[size.node.expr] = SymNodeVariable(node, size, size_source)
+
+    def size_input(self, size: torch.SymInt) -> Optional[SymNodeVariable]:
+        """The graph input holding the symbolic size `size`, if it is one."""
+        return self._size_inputs.get(size.node.expr)
+
+    def finalize_shape_guards(self) -> None:
+        """At the end of tracing: remember this compile's input sizes (automatic dynamic shapes),
+        and guard on what the trace assumed about symbolic sizes."""
+        remember_sizes(self.frame_state, self._input_sizes)
+        if not self._symbolic_inputs:
+            return
+        exprs = shape_guards(self._fake_mode.shape_env, self._symbolic_inputs)
+        if exprs:
+            self.namespaces.update(guard_scope(exprs))
+            self.guards[("", GuardKind.SHAPE_ENV)] = Guard(None, GuardKind.SHAPE_ENV, exprs)
 
     def register_module_tensor(
         self, tx, module: torch.nn.Module, attr: str, tensor: torch.Tensor, module_source: Optional[Source]
@@ -105,7 +174,7 @@ class OutputGraph:
             self._module_keys[id(module)] = key
             self.root.add_module(key, module)
         node = self.graph.get_attr(f"{key}.{attr}")
-        return TensorVariable(node, self.to_fake(tensor), module_source and AttrSource(module_source, attr))
+        return TensorVariable(node, self.to_fake(tx, tensor), module_source and AttrSource(module_source, attr))
 
     # ---- recording ops ----
 
@@ -119,7 +188,7 @@ class OutputGraph:
         node_args, node_kwargs = _as_node_arg(tuple(args)), _as_node_arg(kwargs)
         fake_args, fake_kwargs = _as_example(tuple(args)), _as_example(kwargs)
         try:
-            with self.fake_mode:
+            with self.fake_mode(tx):
                 if op == "call_method":
                     example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
@@ -127,6 +196,7 @@ class OutputGraph:
         except Exception as e:  # what eager would raise is raised again when the frame runs eagerly
             name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
             unimplemented(f"{name}() cannot be traced: {type(e).__name__}: {e}")
+        example = specialized_value(example)
         if is_constant_value(example) and example is not None:
             return ConstantVariable(example)
         node = self.create_node(op, target, node_args, node_kwargs)
@@ -135,13 +205,17 @@ class OutputGraph:
     def _wrap_result(self, node: torch.fx.Node, example: Any) -> VariableTracker:
         if isinstance(example, torch.Tensor):
             return TensorVariable(node, example)
+        if isinstance(example, SYM_TYPES):
+            node.meta["symbolic"] = True
+            return SymNodeVariable(node, example)
         if example is None:
             return ConstantVariable(None)
         if isinstance(example, (tuple, list)):
             items: List[VariableTracker] = []
             for i, item in enumerate(example):
-                if isinstance(item, torch.Tensor):
-                    items.append(TensorVariable(self.create_node("call_function", operator.getitem, (node, i), {}), item))
+                item = specialized_value(item)
+                if isinstance(item, (torch.Tensor, *SYM_TYPES)):
+                    items.append(self._wrap_result(self.create_node("call_function", operator.getitem, (node, i), {}), item))
                 elif is_constant_value(item):
                     items.append(ConstantVariable(item))
                 else:
@@ -168,15 +242,24 @@ class OutputGraph:
     def codegen_graph_and_side_effects(self, live_values: List[VariableTracker]) -> PyCodegen:
         """Code that runs the compiled graph (keeping the outputs `live_values` need) and then
         replays the recorded side effects."""
+        self.finalize_shape_guards()
         codegen = PyCodegen(self.code)
         outputs = _graph_outputs([*live_values, *self.side_effects.values()])
+        self._remove_unused_size_ops({v.node for v in outputs})
         if outputs or self.has_ops():
             self.add_guard(Guard(None, GuardKind.GRAD_MODE, self.initial_grad_mode))
             self.call_compiled_graph(codegen, outputs)
         self.side_effects.codegen(codegen)
         return codegen
 
-    def call_compiled_graph(self, codegen: PyCodegen, outputs: List[TensorVariable]) -> None:
+    def _remove_unused_size_ops(self, outputs: Set[torch.fx.Node]) -> None:
+        """Drop computations of symbolic sizes whose results nothing uses (the comparisons of
+        branches, sizes only compared); they are pure."""
+        for node in reversed(list(self.graph.nodes)):
+            if node.meta.get("symbolic") and not node.users and node not in outputs:
+                self.graph.erase_node(node)
+
+    def call_compiled_graph(self, codegen: PyCodegen, outputs: List[Union[TensorVariable, SymNodeVariable]]) -> None:
         self.graph.output(tuple(t.node for t in outputs))
         graph_module = torch.fx.GraphModule(self.root, self.graph, class_name="GraphModule")
         start = time.perf_counter()
@@ -200,8 +283,23 @@ def _node_name(text: str) -> str:
     return name if name and not name[0].isdigit() else f"_{name}"
 
 
+def _frame_values(tx) -> List[Any]:
+    """The values of the frame being converted (the root of `tx`'s inlining chain), and the items
+    of its list, tuple and dict locals."""
+    while getattr(tx, "parent", None) is not None:
+        tx = tx.parent
+    values: List[Any] = []
+    for value in getattr(tx, "f_locals", {}).values():
+        values.append(value)
+        if type(value) in (list, tuple):
+            values.extend(value)
+        elif type(value) is dict:
+            values.extend(value.values())
+    return values
+
+
 def _as_node_arg(value: Any) -> Any:
-    if isinstance(value, TensorVariable):
+    if isinstance(value, (TensorVariable, SymNodeVariable)):
         return value.node
     if isinstance(value, VariableTracker):
         if isinstance(value, BaseListVariable):
@@ -209,6 +307,8 @@ def _as_node_arg(value: Any) -> Any:
             return items if value.python_cls is list else tuple(items)
         if isinstance(value, ConstDictVariable):
             return {k: _as_node_arg(v) for k, v in value.items.items()}
+        if isinstance(value, SliceVariable):
+            return slice(*[_as_node_arg(p) for p in value.parts])
         if value.is_python_constant():
             return value.as_python_constant()
         unimplemented(f"passing {value.describe()} to a tensor operation")
@@ -220,13 +320,15 @@ def _as_node_arg(value: Any) -> Any:
 
 
 def _as_example(value: Any) -> Any:
-    if isinstance(value, TensorVariable):
+    if isinstance(value, (TensorVariable, SymNodeVariable)):
         return value.example
     if isinstance(value, BaseListVariable):
         items = [_as_example(v) for v in value.items]
         return items if value.python_cls is list else tuple(items)
     if isinstance(value, ConstDictVariable):
         return {k: _as_example(v) for k, v in value.items.items()}
+    if isinstance(value, SliceVariable):
+        return slice(*[_as_example(p) for p in value.parts])
     if isinstance(value, VariableTracker):
         return value.as_python_constant()
     if isinstance(value, tuple):
@@ -236,18 +338,21 @@ def _as_example(value: Any) -> Any:
     return value
 
 
-def _graph_outputs(values: List[VariableTracker]) -> List[TensorVariable]:
-    """Tensors in returned or stored values that the graph must produce (inputs and parameters
-    are reloaded from their sources)."""
-    found: Dict[torch.fx.Node, TensorVariable] = {}
+def _graph_outputs(values: List[VariableTracker]) -> List[Union[TensorVariable, SymNodeVariable]]:
+    """Tensors and symbolic sizes in returned or stored values that the graph must produce
+    (inputs and parameters are reloaded from their sources)."""
+    found: Dict[torch.fx.Node, Union[TensorVariable, SymNodeVariable]] = {}
 
     def visit(v: VariableTracker) -> None:
-        if isinstance(v, TensorVariable):
+        if isinstance(v, (TensorVariable, SymNodeVariable)):
             if not (v.source is not None and v.node.op in ("placeholder", "get_attr")):
                 found.setdefault(v.node, v)
         elif isinstance(v, BaseListVariable):
             for item in v.items:
                 visit(item)
+        elif isinstance(v, SliceVariable):
+            for part in v.parts:
+                visit(part)
         elif isinstance(v, ConstDictVariable):
             for item in v.items.values():
                 visit(item)

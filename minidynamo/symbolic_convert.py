@@ -39,6 +39,7 @@ from .variables import (
     VariableTracker,
     WithExitVariable,
 )
+from .variables.sym import make_slice
 
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
@@ -347,8 +348,7 @@ class InstructionTranslatorBase:
         self.push(ConstDictVariable(dict(zip(keys, self.popn(inst.arg)))))
 
     def BUILD_SLICE(self, inst: Instr) -> None:
-        parts = self.popn(inst.arg)
-        self.push(ConstantVariable(slice(*[p.as_python_constant() for p in parts])))
+        self.push(make_slice(self.popn(inst.arg)))
 
     def BUILD_STRING(self, inst: Instr) -> None:
         self.push(ConstantVariable("".join(p.as_python_constant() for p in self.popn(inst.arg))))

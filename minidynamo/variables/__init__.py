@@ -7,6 +7,7 @@ from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, Use
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, SetVariable, TupleVariable
 from .misc import CellVariable, GradModeVariable, NullVariable, PythonModuleVariable, WithExitVariable
 from .nn_module import NNModuleVariable
+from .sym import SymNodeVariable
 from .tensor import TensorVariable
 from .torch import TorchVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
@@ -27,6 +28,7 @@ __all__ = [
     "NullVariable",
     "PythonModuleVariable",
     "SetVariable",
+    "SymNodeVariable",
     "TensorVariable",
     "TorchVariable",
     "TupleVariable",

@@ -7,11 +7,14 @@ import math
 import operator
 from typing import Any, Callable, Dict, List
 
+import torch
+
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 
 # Functions that may be evaluated on constant arguments while tracing.
@@ -29,6 +32,8 @@ _GRAPHABLE = {
         "itruediv", "ifloordiv", "imod", "ipow", "imatmul", "iand", "ior", "ixor", "ilshift", "irshift",
         "getitem", "not_", "abs", "index")],
 }
+# Builtins on symbolic sizes, recorded as their torch counterparts.
+_SYM_FUNCTIONS = {max: torch.sym_max, min: torch.sym_min, int: torch.sym_int, float: torch.sym_float}
 _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul, operator.getitem, operator.contains,
                  operator.eq, operator.ne, operator.or_, operator.ior}
 
@@ -62,6 +67,8 @@ class BuiltinVariable(VariableTracker):
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if self.fn in (operator.itemgetter, operator.attrgetter) and args and not kwargs:
             return GetterVariable(self.fn, [a.as_python_constant() for a in args])
+        if _is_sym_arithmetic(self.fn, args, kwargs):
+            return tx.output.call_graph_op(tx, "call_function", _SYM_FUNCTIONS.get(self.fn, self.fn), args, {})
         handler = getattr(self, f"_call_{getattr(self.fn, '__name__', '')}", None)
         if handler is not None and getattr(builtins, self.fn.__name__, None) is self.fn:
             result = handler(tx, *args, **kwargs)
@@ -114,9 +121,20 @@ class BuiltinVariable(VariableTracker):
             return ConstDictVariable({**a.items, **b.items})
         if fn is operator.getitem and isinstance(a, (BaseListVariable, ConstDictVariable)):
             return a.call_method(tx, "__getitem__", [b], {})
+        if fn in (operator.eq, operator.ne) and (_has_sym_items(a) or _has_sym_items(b)):
+            return self._compare_sequences(tx, a, b)
         if fn is operator.contains and isinstance(a, (BaseListVariable, ConstDictVariable)):
             return self._contains(tx, a, b)
         return None
+
+    def _compare_sequences(self, tx, a: VariableTracker, b: VariableTracker):
+        """`a == b` (or !=) item by item, for sizes with symbolic items; guards on each comparison made."""
+        if not b.has_unpack_var_sequence(tx) or issubclass(a.python_type(), tuple) != issubclass(b.python_type(), tuple):
+            return ConstantVariable(self.fn is operator.ne)
+        xs, ys = a.unpack_var_sequence(tx), b.unpack_var_sequence(tx)
+        eq = BuiltinVariable(operator.eq)
+        same = len(xs) == len(ys) and all(eq.call_function(tx, [x, y], {}).truthy(tx) for x, y in zip(xs, ys))
+        return ConstantVariable(same == (self.fn is operator.eq))
 
     def _contains(self, tx, container: VariableTracker, item: VariableTracker):
         if isinstance(container, ConstDictVariable):
@@ -152,6 +170,8 @@ class BuiltinVariable(VariableTracker):
     # ---- builtins with their own rules ----
 
     def _call_len(self, tx, obj: VariableTracker):
+        if isinstance(obj, TensorVariable) and obj.example.dim() > 0:
+            return obj.size_variable(tx, 0)
         if isinstance(obj, TensorVariable):
             return ConstantVariable(len(obj.example))
         if isinstance(obj, (BaseListVariable, ConstDictVariable)):
@@ -174,7 +194,8 @@ class BuiltinVariable(VariableTracker):
         return UserDefinedClassVariable(obj.python_type())
 
     def _call_range(self, tx, *args: VariableTracker):
-        return ConstantVariable(range(*[a.as_python_constant() for a in args]))
+        bounds = [a.specialize() if isinstance(a, SymNodeVariable) else a.as_python_constant() for a in args]
+        return ConstantVariable(range(*bounds))
 
     def _call_iter(self, tx, obj: VariableTracker):
         return ListIteratorVariable(obj.unpack_var_sequence(tx))
@@ -225,7 +246,7 @@ class BuiltinVariable(VariableTracker):
         return ListVariable(sort_items(tx, seq.unpack_var_sequence(tx), key, reverse))
 
     def _call_slice(self, tx, *args: VariableTracker):
-        return ConstantVariable(slice(*[a.as_python_constant() for a in args]))
+        return make_slice(list(args))
 
     def _call_map(self, tx, fn: VariableTracker, *iterables: VariableTracker):
         columns = [it.unpack_var_sequence(tx) for it in iterables]
@@ -257,8 +278,6 @@ class BuiltinVariable(VariableTracker):
             return args[best]
         if all(a.is_python_constant() for a in args):
             return ConstantVariable(self.fn(*[a.as_python_constant() for a in args]))
-        import torch
-
         pick = torch.maximum if self.fn is max else torch.minimum
         if len(args) == 2 and all(isinstance(a, TensorVariable) for a in args):
             return tx.output.call_graph_op(tx, "call_function", pick, args, {})
@@ -301,6 +320,17 @@ class BuiltinVariable(VariableTracker):
         if identity is None:
             unimplemented("id() of a value created while tracing")
         return ConstantVariable(id(identity))
+
+
+def _has_sym_items(value: VariableTracker) -> bool:
+    return isinstance(value, BaseListVariable) and any(isinstance(item, SymNodeVariable) for item in value.items)
+
+
+def _is_sym_arithmetic(fn: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:
+    """Arithmetic or a comparison on symbolic sizes and constants (recorded in the graph)."""
+    return (not kwargs and any(isinstance(a, SymNodeVariable) for a in args)
+            and all(isinstance(a, (SymNodeVariable, ConstantVariable)) for a in args)
+            and (fn in _GRAPHABLE or fn in _SYM_FUNCTIONS))
 
 
 def _identity_of(vt: VariableTracker):

@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.fx
 
 from ..exc import unimplemented
 from .base import VariableTracker
-from .constant import ConstantVariable
+from .constant import ConstantVariable, is_constant_value
+from .sym import SizeVariable, specialized_value
 
-# Metadata read while tracing; the tensor guards make these constants safe.
-_CONSTANT_ATTRS = ("shape", "dtype", "device", "ndim", "requires_grad", "is_cuda", "layout", "is_leaf", "is_sparse")
+# Metadata read while tracing; the tensor guards make these constants safe (sizes, strides and
+# numel are symbolic where a size is).
+_CONSTANT_ATTRS = ("dtype", "device", "ndim", "requires_grad", "is_cuda", "layout", "is_leaf", "is_sparse")
 _CONSTANT_METHODS = ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
                      "is_floating_point", "is_complex", "element_size", "get_device", "storage_offset")
 _DATA_DEPENDENT = {
@@ -46,6 +48,8 @@ class TensorVariable(VariableTracker):
         unimplemented("a branch on a tensor's value (data-dependent control flow)")
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "shape":
+            return self.size_variable(tx)
         if name in _CONSTANT_ATTRS:
             return ConstantVariable(getattr(self.example, name))
         if name in ("T", "mT", "H", "mH", "real", "imag", "grad_fn"):
@@ -55,6 +59,21 @@ class TensorVariable(VariableTracker):
         if name in ("grad", "data"):
             unimplemented(f"reading .{name} of a tensor")
         return TensorMethodVariable(self, name)
+
+    def size_variable(self, tx, dim: Optional[int] = None) -> VariableTracker:
+        """`tensor.size(dim)`, or the whole size: constants where static, the graph input of a
+        symbolic size of an input tensor, else a `size` call recorded in the graph."""
+        if dim is None:
+            if is_constant_value(tuple(self.example.size())):
+                return ConstantVariable(self.example.size())
+            return SizeVariable([self.size_variable(tx, d) for d in range(self.example.dim())])
+        size = specialized_value(self.example.size(dim))
+        if isinstance(size, int):
+            return ConstantVariable(size)
+        lifted = tx.output.size_input(size)
+        if lifted is not None:
+            return lifted
+        return tx.output.call_graph_op(tx, "call_method", "size", [self, ConstantVariable(dim)], {})
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return self.example.dim() > 0
@@ -73,7 +92,12 @@ class TensorVariable(VariableTracker):
         if name in _CONSTANT_METHODS and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
             const_args = [a.as_python_constant() for a in args]
             const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
-            return ConstantVariable(getattr(self.example, name)(*const_args, **const_kwargs))
+            if name == "size":
+                return self.size_variable(tx, *const_args, **const_kwargs)
+            value = getattr(self.example, name)(*const_args, **const_kwargs)
+            if is_constant_value(value):
+                return ConstantVariable(value)
+            return tx.output.call_graph_op(tx, "call_method", name, [self, *args], kwargs)
         if name == "type" and not args and not kwargs:
             return ConstantVariable(self.example.type())
         if name in ("register_hook", "retain_grad"):

@@ -1,0 +1,142 @@
+"""Dynamic shapes: which dims of a graph input are symbolic, the sources of symbolic sizes, and
+the shape guards of a compile.
+
+A dim is symbolic when the user marked it (`mark_dynamic`), when `optimize(dynamic=True)`, or
+(automatic dynamic, `dynamic=None`) when an earlier compile of the same code saw another size
+there. Sizes 0 and 1 always stay static, as in torch: code often behaves differently for them.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+
+import torch
+import torch._guards
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+from .source import ChainedSource, Source
+
+DYNAMIC_DIMS_ATTR = "_minidynamo_dynamic_dims"
+_SIZES_KEY = "input_sizes"  # frame_state[_SIZES_KEY][source name]: sizes seen, None where they varied
+
+
+def mark_dynamic(tensor: torch.Tensor, index: Union[int, Sequence[int]]) -> None:
+    """Compile `tensor`'s dim(s) `index` with a symbolic size from the first compile on."""
+    dims = [index] if isinstance(index, int) else list(index)
+    for dim in dims:
+        if not -tensor.dim() <= dim < tensor.dim():
+            raise IndexError(f"mark_dynamic: dim {dim} out of range for a {tensor.dim()}-d tensor")
+    marked = set(getattr(tensor, DYNAMIC_DIMS_ATTR, ())) | {d % tensor.dim() for d in dims}
+    setattr(tensor, DYNAMIC_DIMS_ATTR, marked)
+
+
+def is_marked(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and bool(getattr(value, DYNAMIC_DIMS_ATTR, ()))
+
+
+def dynamic_dims(value: torch.Tensor, name: str, dynamic: Optional[bool], frame_state: Dict[str, Any]) -> Tuple[int, ...]:
+    """The dims of graph input `value` (found at source `name`) to trace with symbolic sizes."""
+    if dynamic is False:
+        return ()
+    if dynamic:
+        dims: Set[int] = set(range(value.dim()))
+    else:
+        dims = set(getattr(value, DYNAMIC_DIMS_ATTR, ()))
+        seen = frame_state.get(_SIZES_KEY, {}).get(name)
+        if seen is not None and len(seen) == value.dim():
+            dims |= {d for d, size in enumerate(seen) if size != value.size(d)}
+    return tuple(d for d in sorted(dims) if value.size(d) > 1)
+
+
+def has_compiled(frame_state: Dict[str, Any]) -> bool:
+    """Whether an earlier compile of this code recorded its input sizes."""
+    return bool(frame_state.get(_SIZES_KEY))
+
+
+def remember_sizes(frame_state: Dict[str, Any], sizes: Dict[str, Tuple[int, ...]]) -> None:
+    """Record one compile's input sizes; a dim whose size changed is remembered as varying (None)."""
+    history = frame_state.setdefault(_SIZES_KEY, {})
+    for name, now in sizes.items():
+        before = history.get(name)
+        if before is None or len(before) != len(now):
+            history[name] = list(now)
+        else:
+            history[name] = [b if b == n else None for b, n in zip(before, now)]
+
+
+def new_shape_env() -> ShapeEnv:
+    # Data-dependent output shapes (nonzero) and .item() stay unsupported, as without a shape env.
+    return ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+
+
+def symbolic_context(value: torch.Tensor, dims: Tuple[int, ...]) -> StatelessSymbolicContext:
+    return StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC for d in range(value.dim())]
+    )
+
+
+@dataclass(frozen=True)
+class SizeSource(ChainedSource):
+    """`base.size()[dim]`: a symbolic size passed to the graph; loaded as `base.shape[dim]`."""
+
+    dim: int
+
+    def name(self) -> str:
+        return f"{self.base.name()}.size()[{self.dim}]"
+
+    def reconstruct(self, codegen) -> None:
+        self.base.reconstruct(codegen)
+        codegen.load_attr("shape")
+        codegen.load_const(self.dim)
+        codegen.append("BINARY_SUBSCR")
+
+
+@dataclass(frozen=True)
+class ShapeEnvSource(torch._guards.Source):
+    """One of our sources as torch's ShapeEnv sees it: the shape env names sizes, strides and
+    storage offsets after it (`L['x'].size()[0]`) in the guards it produces."""
+
+    text: str
+
+    @property
+    def _name_template(self) -> str:
+        return self.text
+
+    @functools.cached_property
+    def guard_source(self) -> torch._guards.GuardSource:
+        return torch._guards.GuardSource.LOCAL
+
+
+@dataclass
+class SymbolicInput:
+    """A graph input traced with symbolic sizes at `dims`."""
+
+    source: Source
+    value: torch.Tensor
+    fake: torch.Tensor
+    dims: Tuple[int, ...]
+
+
+def shape_guards(shape_env: ShapeEnv, inputs: List[SymbolicInput]) -> List[str]:
+    """Python checks, over our sources, of what the traced code assumed about symbolic sizes:
+    ranges and relations (`5 <= L['x'].size()[0]`), the strides and storage offsets of symbolic
+    tensors (which the tensor guard leaves unchecked), and specialisations to one value."""
+    exprs = shape_env.produce_guards(
+        [i.fake for i in inputs], [ShapeEnvSource(i.source.name()) for i in inputs], ignore_static=False
+    )
+    # static sizes of these tensors are checked by their tensor guards already
+    checked = {f"{i.source.name()}.size()[{d}] == {i.value.size(d)}"
+               for i in inputs for d in range(i.value.dim()) if d not in i.dims}
+    return [e for e in exprs if e not in checked]
+
+
+def guard_scope(exprs: Iterable[str]) -> Dict[str, Any]:
+    """The globals shape guard expressions name: torch (`torch.sym_float(...)`) and the sympy
+    functions the shape env prints as calls."""
+    from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+    known = {**SYMPY_INTERP, "torch": torch}
+    names = {node.id for expr in exprs for node in ast.walk(ast.parse(expr)) if isinstance(node, ast.Name)}
+    return {name: known[name] for name in names if name in known}
