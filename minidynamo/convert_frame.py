@@ -4,7 +4,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import sysconfig
+import site
 import time
 import types
 import warnings
@@ -25,16 +25,18 @@ from .symbolic_convert import InstructionTranslator
 log = logging.getLogger("minidynamo")
 
 _SKIP_DIRS = tuple(
-    os.path.dirname(path) + os.sep if path.endswith("__init__.py") else path + os.sep
-    for path in {
+    path + os.sep
+    for path in (
         os.path.dirname(os.path.abspath(__file__)),
         os.path.dirname(torch.__file__),
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["platstdlib"],
-    }
+        os.path.dirname(os.__file__),  # the standard library (not the venv, not site-packages)
+    )
 )
-
-
+# Third-party packages can live under the standard library's directory; they are user code to us.
+_SITE_DIRS = tuple(path + os.sep for path in site.getsitepackages() + [site.getusersitepackages()])
+# Libraries whose frames are never converted, even when called from a graph break.
+_THIRD_PARTY_SKIP = {"_pytest", "pytest", "pluggy", "numpy", "tqdm", "tabulate", "pandas", "sklearn", "hypothesis",
+                     "networkx", "IPython", "depyf", "triton", "sympy", "typing_extensions", "packaging"}
 # torch.nn's modules are user-facing code: their forward frames are converted like the user's own.
 _CONVERTIBLE_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "nn", "modules") + os.sep
 _MODULE_BASE_FILE = torch.nn.modules.module.__file__
@@ -42,14 +44,19 @@ _MODULE_BASE_FILE = torch.nn.modules.module.__file__
 _USER_CODE_FILES = {os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo.py")}
 
 
-def skip_reason(code: types.CodeType) -> Optional[str]:
+def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None) -> Optional[str]:
     """Why frames of `code` are never converted (library code), or None."""
+    module = str(f_globals.get("__name__", "")) if f_globals is not None else ""
+    if module.startswith("namedtuple_"):
+        return "namedtuple internals"
+    if module.split(".")[0] in _THIRD_PARTY_SKIP:
+        return "a library that is not traced"
     filename = code.co_filename
     if filename in _USER_CODE_FILES:
         return None
-    if filename.startswith(_SKIP_DIRS) and (
-        not filename.startswith(_CONVERTIBLE_TORCH_DIR) or filename == _MODULE_BASE_FILE
-    ):
+    if filename.startswith(_CONVERTIBLE_TORCH_DIR):
+        return "library code" if filename == _MODULE_BASE_FILE else None
+    if filename.startswith(_SKIP_DIRS[:2]) or (filename.startswith(_SKIP_DIRS[2]) and not filename.startswith(_SITE_DIRS)):
         return "library code"
     if filename.startswith("<") and filename not in ("<string>", "<stdin>") and not filename.startswith("<ipython"):
         return "generated code"
@@ -137,7 +144,7 @@ class ConvertFrame:
         self.frame_states: "weakref.WeakKeyDictionary[types.CodeType, Dict[str, Any]]" = weakref.WeakKeyDictionary()
 
     def __call__(self, frame: Any) -> Optional[GuardedCode]:
-        if skip_reason(frame.f_code) is not None:
+        if skip_reason(frame.f_code, frame.f_globals) is not None:
             return None
         record = FrameRecord(frame.f_code)
         record.recompile_reason = recompile_reason(frame, owner=self)

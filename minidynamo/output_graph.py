@@ -80,6 +80,8 @@ class OutputGraph:
         self._inputs_by_id: Dict[int, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
         self.side_effects = SideEffects()
+        # mutable containers already wrapped, by identity: the same object gets the same tracker
+        self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
 
     # ---- guards and inputs ----
@@ -342,22 +344,17 @@ def _graph_outputs(values: List[VariableTracker]) -> List[Union[TensorVariable, 
     """Tensors and symbolic sizes in returned or stored values that the graph must produce
     (inputs and parameters are reloaded from their sources)."""
     found: Dict[torch.fx.Node, Union[TensorVariable, SymNodeVariable]] = {}
+    seen: set = set()
 
     def visit(v: VariableTracker) -> None:
+        if id(v) in seen:
+            return
+        seen.add(id(v))
         if isinstance(v, (TensorVariable, SymNodeVariable)):
             if not (v.source is not None and v.node.op in ("placeholder", "get_attr")):
                 found.setdefault(v.node, v)
-        elif isinstance(v, BaseListVariable):
-            for item in v.items:
-                visit(item)
-        elif isinstance(v, SliceVariable):
-            for part in v.parts:
-                visit(part)
-        elif isinstance(v, ConstDictVariable):
-            for item in v.items.values():
-                visit(item)
-        else:
-            for item in getattr(v, "attrs", {}).values():
+        elif v.source is None:  # a value with a source is reloaded, not rebuilt
+            for item in v.subvalues():
                 visit(item)
 
     for value in values:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .bytecode_transformation import Element, Instr, closure_var
 
@@ -20,6 +20,8 @@ class PyCodegen:
         # Tensors already computed by the graph: node -> (local holding the outputs, index)
         self.graph_outputs: Dict[Any, int] = {}
         self.graph_output_var: Optional[str] = None
+        # objects with identity built so far: id(tracker) -> (local holding it, tracker)
+        self.built: Dict[int, Tuple[str, "VariableTracker"]] = {}
 
     def append(self, opname: str, arg: Any = _NO_ARG) -> None:
         self.instructions.append(Instr(opname) if arg is _NO_ARG else Instr(opname, arg))
@@ -59,5 +61,15 @@ class PyCodegen:
             self.append("LOAD_FAST", self.graph_output_var)
             self.load_const(self.graph_outputs[node])
             self.append("BINARY_SUBSCR")
+            return
+        if value.has_identity and value.source is None:  # build once, then reuse the same object
+            if id(value) in self.built:
+                self.append("LOAD_FAST", self.built[id(value)][0])
+                return
+            name = f"___built{len(self.built)}"
+            self.built[id(value)] = (name, value)
+            value.reconstruct(self)
+            self.append("COPY", 1)
+            self.append("STORE_FAST", name)
             return
         value.reconstruct(self)

@@ -18,14 +18,24 @@ _PROLOGUE_OPS = ("MAKE_CELL", "COPY_FREE_VARS", "RESUME")
 _cache: "weakref.WeakKeyDictionary[types.CodeType, Dict[ResumeSpec, types.CodeType]]" = weakref.WeakKeyDictionary()
 
 
+def stack_prefix(code: types.CodeType) -> str:
+    """A prefix for stack-value variables that no local of `code` starts with (resume functions of
+    resume functions already have such locals)."""
+    depth = 0
+    while any(name.startswith(f"___stack{depth}_") for name in code.co_varnames):
+        depth += 1
+    return f"___stack{depth}_"
+
+
 @dataclass(frozen=True)
 class ResumeSpec:
     target: int  # index of the instruction to continue at
     stack_nulls: Tuple[bool, ...]  # one per stack slot: NULL slots are pushed again, not passed
-    local_names: Tuple[str, ...]  # locals passed after the stack values
+    local_names: Tuple[str, ...]  # locals passed, then the stack values
+    prefix: str  # of the stack-value parameters; see stack_prefix
 
     def stack_argnames(self) -> List[str]:
-        return [f"___stack{i}" for i, null in enumerate(self.stack_nulls) if not null]
+        return [f"{self.prefix}{i}" for i, null in enumerate(self.stack_nulls) if not null]
 
 
 def resume_code(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
@@ -40,7 +50,7 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     target_label = Label()
     entry: List = frame_prologue(code)
     for i, null in enumerate(spec.stack_nulls):
-        entry.append(Instr("PUSH_NULL") if null else Instr("LOAD_FAST", f"___stack{i}"))
+        entry.append(Instr("PUSH_NULL") if null else Instr("LOAD_FAST", f"{spec.prefix}{i}"))
     entry.append(Instr("JUMP_FORWARD", target_label))
 
     target_position = instructions.positions[spec.target]
@@ -51,7 +61,8 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
         if isinstance(element, Instr) and element.name in _PROLOGUE_OPS and position < instructions.positions[_first_real(instructions)]:
             continue
         body.append(element)
-    argnames = spec.stack_argnames() + list(spec.local_names)
+    # locals first: zero-argument super() reads the first parameter of the frame
+    argnames = list(spec.local_names) + spec.stack_argnames()
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     name = f"__resume_at_{instructions.offsets[spec.target]}_in_{code.co_name}"
     return assemble(entry + body, like=code, name=name, argnames=argnames, argcount=len(argnames),

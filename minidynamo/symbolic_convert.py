@@ -565,6 +565,13 @@ class BoundMethodCall(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         return self.obj.var_getattr(tx, self.name).var_getattr(tx, name)
 
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.obj)
+        codegen.load_attr(self.name)
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]
+
 
 # Instructions a graph break can run in the generated code: how many stack values each consumes.
 _BREAK_POPS: Dict[str, Callable[[Instr], int]] = {
@@ -573,7 +580,7 @@ _BREAK_POPS: Dict[str, Callable[[Instr], int]] = {
     **{name: (lambda i: 2) for name in ("BINARY_SUBSCR", "BINARY_OP", "COMPARE_OP", "CONTAINS_OP", "IS_OP",
                                         "STORE_ATTR", "DELETE_SUBSCR")},
     **{name: (lambda i: 1) for name in ("LOAD_ATTR", "GET_ITER", "UNARY_NEGATIVE", "UNARY_POSITIVE",
-                                        "UNARY_INVERT", "UNARY_NOT", "UNPACK_SEQUENCE")},
+                                        "UNARY_INVERT", "UNARY_NOT", "UNPACK_SEQUENCE", "DELETE_ATTR")},
     "STORE_SUBSCR": lambda i: 3,
     "POP_JUMP_FORWARD_IF_TRUE": lambda i: 1, "POP_JUMP_FORWARD_IF_FALSE": lambda i: 1,
     "POP_JUMP_BACKWARD_IF_TRUE": lambda i: 1, "POP_JUMP_BACKWARD_IF_FALSE": lambda i: 1,
@@ -679,18 +686,21 @@ class InstructionTranslator(InstructionTranslatorBase):
             codegen.load_const(torch.is_grad_enabled())
             codegen.call(1)
             codegen.append("POP_TOP")
+        from .resume_execution import stack_prefix
+
+        prefix = stack_prefix(self.code)
         nulls = [isinstance(v, NullVariable) for v in kept]
         for i, value in enumerate(kept):
             if not nulls[i]:
                 codegen.reconstruct(value)
-                codegen.append("STORE_FAST", f"___stack{i}")
+                codegen.append("STORE_FAST", f"{prefix}{i}")
         n_results = 0
         if inst is not None:
             for value in inputs:
                 codegen.reconstruct(value)
             n_results = self.codegen_instruction(codegen, inst, len(inputs))
             for r in reversed(range(n_results)):
-                codegen.append("STORE_FAST", f"___stack{len(kept) + r}")
+                codegen.append("STORE_FAST", f"{prefix}{len(kept) + r}")
         branch_label = Label() if len(targets) == 2 else None
         if branch_label is not None:
             codegen.append(_FORWARD_JUMP.get(inst.name, inst.name), branch_label)
@@ -698,7 +708,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             if k == 1:
                 codegen.instructions.append(branch_label)
             spec_nulls = tuple(nulls + [False] * n_results)
-            self.codegen_call_resume(codegen, target, spec_nulls, local_names[target], eager)
+            self.codegen_call_resume(codegen, target, spec_nulls, local_names[target], eager, prefix)
         return assemble(frame_prologue(self.code) + codegen.instructions, like=self.code)
 
     def codegen_instruction(self, codegen, inst: Instr, n_inputs: int) -> int:
@@ -712,12 +722,15 @@ class InstructionTranslator(InstructionTranslatorBase):
             return 1
         else:
             codegen.instructions.append(Instr(inst.name, inst.arg) if inst.require_arg() else Instr(inst.name))
-        return n_inputs + dis.stack_effect(inst.opcode, inst.arg if inst.require_arg() else None, jump=False)
+        oparg = (inst.arg if isinstance(inst.arg, int) else 0) if inst.require_arg() else None
+        return n_inputs + dis.stack_effect(inst.opcode, oparg, jump=False)
 
     def passed_locals(self, live: frozenset) -> List[Tuple[str, Optional[VariableTracker]]]:
         """Locals handed to a resume function: (name, tracker), or (name, None) for an argument never
         read while tracing, which is passed straight from its slot."""
         passed: List[Tuple[str, Optional[VariableTracker]]] = []
+        if "__class__" in self.code.co_freevars and self.code.co_argcount:
+            live = live | {self.code.co_varnames[0]}  # zero-argument super() reads it
         for name in dict.fromkeys(self.code.co_varnames + self.code.co_cellvars):
             if name in self.code.co_freevars:
                 continue
@@ -734,11 +747,11 @@ class InstructionTranslator(InstructionTranslatorBase):
         return passed
 
     def codegen_call_resume(self, codegen, target: int, nulls: Tuple[bool, ...],
-                            passed: List[Tuple[str, Optional[VariableTracker]]], eager: bool) -> None:
+                            passed: List[Tuple[str, Optional[VariableTracker]]], eager: bool, prefix: str) -> None:
         from . import _C
         from .resume_execution import ResumeSpec, resume_code
 
-        spec = ResumeSpec(target, nulls, tuple(name for name, _ in passed))
+        spec = ResumeSpec(target, nulls, tuple(name for name, _ in passed), prefix)
         code = resume_code(self.instructions, spec)
         if eager:
             _C.skip_code(code)
@@ -751,13 +764,13 @@ class InstructionTranslator(InstructionTranslatorBase):
             codegen.append("MAKE_FUNCTION", 0x08)
         else:
             codegen.load_const(types.FunctionType(code, self.f_globals))
-        for name in spec.stack_argnames():
-            codegen.append("LOAD_FAST", name)
         for name, value in passed:
             if value is None:
                 codegen.load_local(name)
             else:
                 codegen.reconstruct(value)
+        for name in spec.stack_argnames():
+            codegen.append("LOAD_FAST", name)
         codegen.call(len(spec.stack_argnames()) + len(passed))
         codegen.append("RETURN_VALUE")
 

@@ -64,7 +64,7 @@ def print_only(x):
     return x
 
 
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_REPR)
+@CASES.case(x3, graphs=2, breaks=1)
 def print_tensor(x):
     y = x * 2
     print(y)
@@ -95,21 +95,21 @@ def print_two_inputs(x, y):
 
 
 # ---------------------------------------------------------------------------------------- logging
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def logger_info(x):
     y = x.exp()
     LOGGER.info("value computed")
     return y + 1
 
 
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def logger_warning_args(x):
     y = x.abs()
     LOGGER.warning("n=%d name=%s", 3, "abc")
     return y.sqrt()
 
 
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def logger_debug_tensor_shape(x):
     y = x.tanh()
     LOGGER.debug("shape %s", tuple(y.shape))
@@ -124,7 +124,7 @@ def warn_user(x):
     return y * 3
 
 
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def warn_category(x):
     y = x.sigmoid()
     warnings.warn("old api", DeprecationWarning)
@@ -132,21 +132,21 @@ def warn_category(x):
 
 
 # ---------------------------------------------------------------------------------------- numpy
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def numpy_sin(x):
     y = x * 2
     z = torch.from_numpy(np.sin(y.numpy()))
     return z + y
 
 
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def numpy_roundtrip(x):
     a = x.numpy()
     b = torch.tensor(a * 2.0)
     return b + x
 
 
-@CASES.case(x34, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x34, graphs=2, breaks=1)
 def numpy_sum_scalar(x):
     y = x.relu()
     s = float(np.sum(y.numpy()))
@@ -188,27 +188,27 @@ def disabled_twice(x):
 
 
 # ---------------------------------------------------------------------------------------- item/tolist
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def item_scale(x):
     s = x.sum().item()
     return x * s
 
 
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def item_python_math(x):
     m = x.max().item()
     k = m * 2 + 1
     return x + k
 
 
-@CASES.case(x3, graphs=2, breaks=1, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=2, breaks=1)
 def tolist_sum(x):
     values = (x * 10).tolist()
     total = sum(values)
     return x + total
 
 
-@CASES.case(x3, graphs=1, breaks=2, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=1, breaks=2)
 def tolist_returned(x):
     y = x.round()
     return y.tolist(), len(y.tolist())
@@ -362,7 +362,7 @@ def three_prints(x):
     return x.relu()
 
 
-@CASES.case(x3, graphs=4, breaks=3, xfail=BUG_METHOD)
+@CASES.case(x3, graphs=4, breaks=3)
 def mixed_causes(x):
     y = x + 1
     print("p")
@@ -373,7 +373,7 @@ def mixed_causes(x):
     return y.sin()
 
 
-@CASES.case(lambda: (torch.tensor([1.0, 2.0, 3.0]),), graphs=4, breaks=3, xfail=BUG_METHOD)
+@CASES.case(lambda: (torch.tensor([1.0, 2.0, 3.0]),), graphs=4, breaks=3)
 def if_then_print_then_item(x):
     y = x * 2
     if y.sum() > 0:

@@ -187,7 +187,6 @@ def test_explain_loop():
 
 
 @counts_only
-@pytest.mark.xfail(strict=True, reason=BUG_METHOD)
 def test_explain_item_names_line():
     out = explain_quiet(_fn_item, (rand(3),))
     assert (out.graph_count, out.graph_break_count) == (2, 1)
@@ -305,7 +304,6 @@ def test_exception_same_as_eager(fn, args, exc_type, capsys):
         assert capsys.readouterr().out == eager_out
 
 
-@pytest.mark.xfail(not REFERENCE, strict=True, reason=BUG_ID)
 def test_id_of_new_object_is_its_id():
     def f(x):
         o = object()

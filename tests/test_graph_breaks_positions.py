@@ -445,7 +445,7 @@ class _Plain:
 _PLAIN = _Plain(3)
 
 
-@CASES.case(x3, graphs=4, breaks=2, xfail=BUG_METHOD_CALL)
+@CASES.case(x3, graphs=4, breaks=2)
 def plain_method_print(x):
     y = x.sin()
     z = _PLAIN.scale(y)
@@ -598,8 +598,8 @@ MODULE_CASES = [
     # (class, graphs, breaks)
     pytest.param(PrintNet, 2, 1, id="print_in_forward"),
     pytest.param(CountingNet, 2, 1, id="attribute_counter"),
-    pytest.param(Parent, 4, 2, id="submodule_print", marks=bh.xfail_unless_reference(BUG_METHOD_CALL)),
-    pytest.param(HelperMethodNet, 4, 2, id="helper_method_print", marks=bh.xfail_unless_reference(BUG_METHOD_CALL)),
+    pytest.param(Parent, 4, 2, id="submodule_print"),
+    pytest.param(HelperMethodNet, 4, 2, id="helper_method_print"),
     pytest.param(BranchNet, 2, 1, id="data_dependent_branch"),
     pytest.param(BufferNet, 2, 1, id="buffer_inplace_then_print"),
 ]

@@ -152,7 +152,7 @@ def attr_increment_print_between(box, x):
     return y + box.value
 
 
-@CASES.case(lambda: (Box(1), rand(2)), graphs=2, breaks=1, xfail=BUG_HASATTR)
+@CASES.case(lambda: (Box(1), rand(2)), graphs=2, breaks=1)
 def attr_new_attribute_print(box, x):
     box.tensor = x * 2
     print("has tensor", hasattr(box, "tensor"))
@@ -160,7 +160,7 @@ def attr_new_attribute_print(box, x):
     return box.tensor
 
 
-@CASES.case(lambda: (Box(1), rand(2)), graphs=2, breaks=2, xfail=BUG_DELATTR)
+@CASES.case(lambda: (Box(1), rand(2)), graphs=2, breaks=2)
 def attr_del_print(box, x):
     box.extra = 3
     y = x + box.extra
@@ -169,7 +169,7 @@ def attr_del_print(box, x):
     return y * 2, hasattr(box, "extra")
 
 
-@CASES.case(lambda: (Box(1), rand(2)), graphs=1, breaks=0, xfail=BUG_HASATTR)
+@CASES.case(lambda: (Box(1), rand(2)), graphs=1, breaks=0)
 def attr_new_hasattr_no_break(box, x):
     box.fresh = 5
     return x + 1, hasattr(box, "fresh"), getattr(box, "fresh", None)
@@ -218,7 +218,7 @@ def global_tensor_store_print(x):
     return LAST + 1
 
 
-@CASES.case(x3, graphs=1, breaks=1, global_names=("STATE",), xfail=BUG_GLOBAL_DICT)
+@CASES.case(x3, graphs=1, breaks=1, global_names=("STATE",))
 def global_dict_mutation_print(x):
     STATE["calls"] += 1
     y = x.sin()
@@ -227,7 +227,7 @@ def global_dict_mutation_print(x):
     return y
 
 
-@CASES.case(x3, graphs=1, breaks=0, global_names=("STATE",), xfail=BUG_GLOBAL_DICT)
+@CASES.case(x3, graphs=1, breaks=0, global_names=("STATE",))
 def global_dict_read_after_write(x):
     STATE["calls"] += 1
     return x + STATE["calls"]

@@ -63,11 +63,27 @@ class VariableTracker:
     def unpack_var_sequence(self, tx: "InstructionTranslatorBase") -> List["VariableTracker"]:
         unimplemented(f"iterating over {self.describe()}")
 
+    # Objects made while tracing that have identity: generated code builds each one once.
+    has_identity = False
+
+    def subvalues(self) -> List["VariableTracker"]:
+        """Trackers this one holds, which generated code may need to rebuild it."""
+        return []
+
+    def real_object(self) -> Any:
+        """The existing Python object this tracker stands for, or None (values made while tracing,
+        tensors and constants have their own rules)."""
+        return None
+
     def reconstruct(self, codegen: "PyCodegen") -> None:
         """Emit bytecode that pushes the real value (used to build return values)."""
-        if self.source is None:
+        if self.source is not None:
+            self.source.reconstruct(codegen)
+            return
+        obj = self.real_object()
+        if obj is None:
             unimplemented(f"returning {self.describe()} created while tracing")
-        self.source.reconstruct(codegen)
+        codegen.load_const(obj)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()})"

@@ -53,6 +53,16 @@ class VariableBuilder:
             self.tx.output.add_guard(Guard(self.source, kind, value))
 
     def __call__(self, value: Any) -> VariableTracker:
+        if type(value) in (list, dict, set) and self.source is not None:
+            known = self.tx.output.tracked_containers.get(id(value))
+            if known is not None:
+                return known[1]
+            variable = self.wrap(value)
+            self.tx.output.tracked_containers[id(value)] = (value, variable)
+            return variable
+        return self.wrap(value)
+
+    def wrap(self, value: Any) -> VariableTracker:
         tx, source = self.tx, self.source
         if isinstance(value, torch.Tensor):
             if source is None:

@@ -52,8 +52,8 @@ class BuiltinVariable(VariableTracker):
     def as_python_constant(self) -> Any:
         return self.fn
 
-    def reconstruct(self, codegen) -> None:
-        codegen.load_const(self.fn)
+    def real_object(self) -> Any:
+        return self.fn
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         if self.fn is object.__init__:
@@ -335,10 +335,7 @@ def _is_sym_arithmetic(fn: Callable, args: List[VariableTracker], kwargs: Dict[s
 
 def _identity_of(vt: VariableTracker):
     """The real object behind a tracker that stands for one specific existing object, else None."""
-    for attr in ("module", "value", "fn", "obj", "cls"):
-        if hasattr(vt, attr) and not isinstance(vt, (ConstantVariable, TensorVariable)):
-            return getattr(vt, attr)
-    return None
+    return vt.real_object()
 
 
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
@@ -347,6 +344,8 @@ def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     if isinstance(obj, TensorVariable):
         return hasattr(obj.example, name)
     identity = _identity_of(obj)
+    if identity is not None and tx.output.side_effects.pending_attr(identity, name) is not None:
+        return True
     if identity is not None:
         return hasattr(identity, name)
     try:

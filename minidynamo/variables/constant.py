@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+import types
+
 import torch
 
 from ..exc import unimplemented
 from .base import VariableTracker
 
 _SCALARS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented))
-_OPAQUE = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+_OPAQUE = (torch.dtype, torch.device, torch.layout, torch.memory_format, types.CodeType)
 
 
 def is_constant_value(value: Any) -> bool:

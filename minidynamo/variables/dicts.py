@@ -15,8 +15,13 @@ class ConstDictVariable(VariableTracker):
         self.items = dict(items)
         self.user_cls = user_cls
 
+    has_identity = True
+
     def python_type(self) -> type:
         return self.user_cls
+
+    def subvalues(self) -> List[VariableTracker]:
+        return list(self.items.values())
 
     def describe(self) -> str:
         return f"dict of {len(self.items)}"

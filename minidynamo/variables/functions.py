@@ -104,11 +104,20 @@ class UserFunctionVariable(BaseUserFunctionVariable):
     def as_python_constant(self) -> Any:
         return self.fn
 
+    def real_object(self) -> Any:
+        return self.fn
+
     def get_code(self) -> types.CodeType:
         return self.fn.__code__
 
     def get_globals(self) -> Dict[str, Any]:
         return self.fn.__globals__
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in ("__code__", "__name__", "__qualname__", "__module__", "__doc__", "__defaults__", "__kwdefaults__",
+                    "__wrapped__", "__dict__", "__globals__") or name in getattr(self.fn, "__dict__", {}):
+            return self._wrap_real(tx, getattr(self.fn, name), self.source and AttrSource(self.source, name))
+        return super().var_getattr(tx, name)
 
     def _wrap_real(self, tx, value: Any, source) -> VariableTracker:
         from .builder import VariableBuilder
@@ -153,6 +162,21 @@ class UserMethodVariable(UserFunctionVariable):
     def python_type(self) -> type:
         return types.MethodType
 
+    def real_object(self) -> Any:
+        return None  # each attribute access makes a new bound method
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]
+
+    def as_python_constant(self) -> Any:
+        unimplemented(f"{self.describe()} is not a Python constant")
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(types.MethodType)
+        codegen.load_const(self.fn)
+        codegen.reconstruct(self.obj)
+        codegen.call(2)
+
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         return super().call_function(tx, [self.obj, *args], kwargs)
 
@@ -191,6 +215,11 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
             kwdefaults = {k.as_python_constant(): self.kwdefaults.call_method(tx, "__getitem__", [k], {})
                           for k in self.kwdefaults.unpack_var_sequence(tx)}
         return bind_arguments(self.code, args, kwargs, defaults, kwdefaults)
+
+    def subvalues(self) -> List[VariableTracker]:
+        values = [v for v in (self.defaults, self.kwdefaults) if v is not None]
+        cells = self.closure.items if self.closure is not None else []
+        return values + [c.contents for c in cells if getattr(c, "contents", None) is not None]
 
     def closure_cells(self, tx) -> Dict[str, VariableTracker]:
         if self.closure is None:
@@ -234,6 +263,9 @@ class PartialVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"partial({self.func.describe()})"
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.func, *self.args, *self.kwargs.values()]
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         return self.func.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})

@@ -39,6 +39,9 @@ class BaseListVariable(VariableTracker):
             return type(self)(self.items[index])
         return self.items[index]
 
+    def subvalues(self) -> List[VariableTracker]:
+        return list(self.items)
+
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(tx, args[0].as_python_constant())
@@ -66,9 +69,10 @@ class TupleVariable(BaseListVariable):
 
 
 class ListVariable(BaseListVariable):
-    """A list. Lists created while tracing may be mutated; mutating an input list is not supported yet."""
+    """A list; changes to the caller's lists are replayed after the graph runs."""
 
     python_cls = list
+    has_identity = True
 
     def _check_mutable(self, tx) -> None:
         if self.source is not None:
@@ -122,6 +126,7 @@ class SetVariable(BaseListVariable):
     """A set of constants (sets of tensors or objects are not tracked)."""
 
     python_cls = set
+    has_identity = True
 
     def __init__(self, items: List[VariableTracker], source=None) -> None:
         super().__init__([], source)
@@ -242,6 +247,9 @@ class ListIteratorVariable(VariableTracker):
 
     def describe(self) -> str:
         return "iterator"
+
+    def subvalues(self) -> List[VariableTracker]:
+        return self.items[self.index :]
 
     def next_item(self) -> Optional[VariableTracker]:
         if self.index >= len(self.items):

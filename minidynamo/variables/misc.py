@@ -58,6 +58,9 @@ class PythonModuleVariable(VariableTracker):
     def as_python_constant(self) -> Any:
         return self.module
 
+    def real_object(self) -> Any:
+        return self.module
+
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .builder import VariableBuilder, is_stable_module
         from ..source import AttrSource
@@ -68,9 +71,6 @@ class PythonModuleVariable(VariableTracker):
         if is_stable_module(self.module) or self.source is None:
             return VariableBuilder(tx, None)(value)
         return VariableBuilder(tx, AttrSource(self.source, name))(value)
-
-    def reconstruct(self, codegen) -> None:
-        codegen.load_const(self.module)
 
 
 class GradModeVariable(VariableTracker):
@@ -135,6 +135,9 @@ class DisabledFunctionVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"{getattr(self.fn, '__qualname__', 'function')} (wrapped in minidynamo.disable)"
+
+    def real_object(self) -> Any:
+        return self.fn
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         unimplemented(f"a call to {self.describe()}")

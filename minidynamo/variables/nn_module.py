@@ -33,6 +33,9 @@ class NNModuleVariable(VariableTracker):
     def python_type(self) -> type:
         return type(self.module)
 
+    def real_object(self) -> Any:
+        return self.module
+
     def describe(self) -> str:
         return f"module {type(self.module).__name__}"
 

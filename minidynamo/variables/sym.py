@@ -69,6 +69,9 @@ class SliceVariable(VariableTracker):
     def describe(self) -> str:
         return f"slice({', '.join(p.describe() for p in self.parts)})"
 
+    def subvalues(self) -> List[VariableTracker]:
+        return list(self.parts)
+
     def reconstruct(self, codegen) -> None:
         for part in self.parts:
             codegen.reconstruct(part)

@@ -118,3 +118,10 @@ class TensorMethodVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         return self.tensor.call_method(tx, self.name, args, kwargs)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.tensor)
+        codegen.load_attr(self.name)
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.tensor]

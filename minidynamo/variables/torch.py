@@ -57,8 +57,8 @@ class TorchVariable(VariableTracker):
     def as_python_constant(self) -> Any:
         return self.value
 
-    def reconstruct(self, codegen) -> None:
-        codegen.load_const(self.value)
+    def real_object(self) -> Any:
+        return self.value
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         fn = self.value

@@ -39,6 +39,9 @@ class UserDefinedClassVariable(VariableTracker):
     def python_type(self) -> type:
         return type(self.cls)
 
+    def real_object(self) -> Any:
+        return self.cls
+
     def describe(self) -> str:
         return f"class {self.cls.__qualname__}"
 
@@ -89,6 +92,9 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def python_type(self) -> type:
         return type(self.obj)
+
+    def real_object(self) -> Any:
+        return self.obj
 
     def describe(self) -> str:
         return f"{type(self.obj).__qualname__} object"
@@ -167,8 +173,13 @@ class NewObjectVariable(VariableTracker):
             unimplemented(f"{cls.__qualname__}.__init__ is not a Python function")
         return obj
 
+    has_identity = True
+
     def python_type(self) -> type:
         return self.cls
+
+    def subvalues(self) -> List[VariableTracker]:
+        return list(self.attrs.values())
 
     def describe(self) -> str:
         return f"new {self.cls.__qualname__} object"
