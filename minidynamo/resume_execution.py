@@ -7,6 +7,7 @@ continues. It is called from the generated code and converted by the hook like a
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import weakref
 from dataclasses import dataclass
@@ -64,7 +65,8 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     # locals first: zero-argument super() reads the first parameter of the frame
     argnames = list(spec.local_names) + spec.stack_argnames()
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
-    name = f"__resume_at_{instructions.offsets[spec.target]}_in_{code.co_name}"
+    original = re.sub(r"^(__resume_at_\d+_in_)+", "", code.co_name)
+    name = f"__resume_at_{instructions.offsets[spec.target]}_in_{original}"
     return assemble(entry + body, like=code, name=name, argnames=argnames, argcount=len(argnames),
                     kwonlyargcount=0, flags=flags)
 

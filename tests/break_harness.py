@@ -39,11 +39,22 @@ LOGGER.propagate = False
 LOGGER.setLevel(logging.DEBUG)
 
 
+def _not_compiled(fn: Callable) -> Callable:
+    if REFERENCE:
+        return fn
+    import minidynamo
+
+    return minidynamo.disable(fn)
+
+
 class _ListHandler(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.records: List[str] = []
 
+    # The handler is test machinery, not code under test: called from a graph break, it must not be
+    # converted itself (a user would disable a debugging handler the same way).
+    @_not_compiled
     def emit(self, record):
         self.records.append(f"{record.levelname}:{record.getMessage()}")
 

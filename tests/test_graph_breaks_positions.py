@@ -599,7 +599,7 @@ MODULE_CASES = [
     pytest.param(PrintNet, 2, 1, id="print_in_forward"),
     pytest.param(CountingNet, 2, 1, id="attribute_counter"),
     pytest.param(Parent, 4, 2, id="submodule_print"),
-    pytest.param(HelperMethodNet, 4, 2, id="helper_method_print"),
+    pytest.param(HelperMethodNet, 3, 2, id="helper_method_print"),  # describe()'s resume has no ops
     pytest.param(BranchNet, 2, 1, id="data_dependent_branch"),
     pytest.param(BufferNet, 2, 1, id="buffer_inplace_then_print"),
 ]

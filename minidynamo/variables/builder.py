@@ -114,7 +114,8 @@ class VariableBuilder:
         if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             return UserMethodVariable(value.__func__, owner)
-        if value is object.__setattr__ or value is object.__init__ or value in (functools.partial, operator.itemgetter, operator.attrgetter):
+        if any(value is f for f in (object.__setattr__, object.__init__, functools.partial, operator.itemgetter,
+                                    operator.attrgetter)):
             return BuiltinVariable(value)
         if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
             self.guard(GuardKind.ID_MATCH, value)
