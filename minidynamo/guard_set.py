@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import types
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
-from .guards import CheckFunction, Guard, GuardKind, code_for, detach_value, render_source, shape_env_fallback
+from .guards import CheckFunction, Guard, GuardKind, code_for, detach_value, failure_reason, render_source
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
                      ModuleGlobalsSource, Source)
 
@@ -157,12 +157,19 @@ class GuardSetBuilder:
     def build(self, guards: Sequence[Guard]) -> CheckFunction:
         ordered = sorted(guards, key=Guard.sort_key)
         tensors: List[Guard] = []
+        in_python: List[Guard] = []  # guards on sources the C accessors cannot reach, and shape relations
         for guard in ordered:
             guard.code_list = code_for(guard)
-            if guard.kind is GuardKind.TENSOR_MATCH:
-                tensors.append(guard)
-            else:
-                self.add(guard)
+            try:
+                if guard.kind is GuardKind.SHAPE_ENV:
+                    in_python.append(guard)
+                elif guard.kind is GuardKind.TENSOR_MATCH:
+                    self.accessor(guard.source)
+                    tensors.append(guard)
+                else:
+                    self.add(guard)
+            except _NotExpressible:
+                in_python.append(guard)
         tensor_check, tensor_accessors = None, []
         if tensors:
             values = [self.value_of(g.source) for g in tensors]
@@ -174,33 +181,24 @@ class GuardSetBuilder:
                                       for t, g in zip(values, tensors)],
             ).check
             tensor_accessors = [self.accessor(g.source) for g in tensors]
+        stored = [detach_value(g) for g in ordered]
+        fallback = _python_check([detach_value(g) for g in in_python], self.f_globals, self.namespaces)
         guard_set = _C.GuardSet(self.accessors, self.items, self.f_globals, tensor_check, tensor_accessors,
-                                shape_env_fallback(ordered, self.f_globals, self.namespaces))
+                                fallback if in_python else None)
         for users in self.weak_checks:
             users.add(guard_set)
-        stored = [detach_value(g) for g in ordered]
         return CheckFunction(guard_set, stored, render_source(ordered), self.namespaces)
 
 
 def build_check_function(code: types.CodeType, guards: Sequence[Guard], f_locals: Dict[str, Any],
                          f_globals: Dict[str, Any], namespaces: Dict[str, Dict[str, Any]]) -> CheckFunction:
-    """The check of a new cache entry: a C GuardSet, or a Python function for sources it cannot reach."""
-    try:
-        return GuardSetBuilder(code, f_locals, f_globals, namespaces).build(guards)
-    except _NotExpressible:
-        return _python_check_function(guards, f_globals, namespaces)
+    """The check of a new cache entry: a C GuardSet (with a Python fallback for rare guards)."""
+    return GuardSetBuilder(code, f_locals, f_globals, namespaces).build(guards)
 
 
-def _python_check_function(guards: Sequence[Guard], f_globals: Dict[str, Any],
-                           namespaces: Dict[str, Dict[str, Any]]) -> CheckFunction:
-    from .guards import failure_reason
-
-    ordered = sorted(guards, key=Guard.sort_key)
-    for guard in ordered:
-        guard.code_list = code_for(guard)
-    stored = [detach_value(g) for g in ordered]
-
+def _python_check(guards: List[Guard], f_globals: Dict[str, Any],
+                  namespaces: Dict[str, Dict[str, Any]]) -> Callable[[Dict[str, Any]], bool]:
     def check(f_locals: Dict[str, Any]) -> bool:
-        return failure_reason(stored, f_locals, f_globals, namespaces) is None
+        return failure_reason(guards, f_locals, f_globals, namespaces) is None
 
-    return CheckFunction(check, stored, render_source(ordered), namespaces)
+    return check

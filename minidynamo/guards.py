@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import types
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -160,25 +161,13 @@ def render_source(guards: Sequence[Guard]) -> str:
     return f"def check(L):\n    return ({body})\n"
 
 
-def shape_env_fallback(guards: Sequence[Guard], f_globals: Dict[str, Any],
-                       namespaces: Dict[str, Dict[str, Any]]) -> Optional[Callable[[Dict[str, Any]], bool]]:
-    """A Python check for the guard kinds the C guard set does not evaluate itself."""
-    exprs = [expr for g in guards if g.kind is GuardKind.SHAPE_ENV for expr in g.value]
-    if not exprs:
-        return None
-    source = "def ___fallback(L):\n    return (" + "\n        and ".join(f"({e})" for e in exprs) + ")\n"
-    scope: Dict[str, Any] = {**namespaces, "G": f_globals, "torch": torch}
-    exec(compile(source, "<minidynamo shape guards>", "exec"), scope)
-    return scope["___fallback"]
-
-
 # ---- why a guard fails ----
 
 
 def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals: Dict[str, Any],
                    namespaces: Dict[str, Dict[str, Any]]) -> Optional[str]:
     """The first guard that fails on these locals, in words; None if all pass."""
-    scope = {**namespaces, "L": f_locals, "G": f_globals, "torch": torch}
+    scope = {**namespaces, "L": f_locals, "G": f_globals, "torch": torch, "types": types}
     tensors: List[Tuple[str, Any]] = []
     # in the order the C guard set checks them: shape relations last
     for guard in sorted(guards, key=lambda g: g.kind is GuardKind.SHAPE_ENV):

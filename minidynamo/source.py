@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict
 
@@ -134,3 +135,28 @@ class DefaultsSource(ChainedSource):
         codegen.load_attr("__kwdefaults__" if self.kwonly else "__defaults__")
         codegen.load_const(self.index)
         codegen.append("BINARY_SUBSCR")
+
+
+@dataclass(frozen=True)
+class MethodCallSource(ChainedSource):
+    """The result of a read-only builtin method called on `base`, e.g. `dict.get(L['d'], 'k')`."""
+
+    owner: type  # a builtin type
+    method: str
+    args: tuple
+
+    def name(self) -> str:
+        owner = "types.MappingProxyType" if self.owner is types.MappingProxyType else self.owner.__name__
+        call = f"{owner}.{self.method}({self.base.name()}{''.join(f', {a!r}' for a in self.args)})"
+        return f"list({call})" if self.method in ("keys", "values", "items") else call
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        if self.method in ("keys", "values", "items"):
+            codegen.load_function(list)
+        codegen.load_function(getattr(self.owner, self.method))
+        self.base.reconstruct(codegen)
+        for arg in self.args:
+            codegen.load_const(arg)
+        codegen.call(len(self.args) + 1)
+        if self.method in ("keys", "values", "items"):
+            codegen.call(1)

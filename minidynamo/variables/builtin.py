@@ -90,6 +90,8 @@ class BuiltinVariable(VariableTracker):
         if self.fn in (operator.setitem, operator.delitem):
             name = "__setitem__" if self.fn is operator.setitem else "__delitem__"
             return args[0].call_method(tx, name, list(args[1:]), {})
+        if self.fn is operator.contains and len(args) == 2:
+            return args[0].call_method(tx, "__contains__", [args[1]], {})
         if self.fn in (operator.is_, operator.is_not) and len(args) == 2:
             return self._identity(tx, *args)
         if self.fn in (operator.eq, operator.ne) and len(args) == 2:
@@ -309,8 +311,20 @@ class BuiltinVariable(VariableTracker):
             return SuperVariable(args[0].as_python_constant(), args[1])
         cls = tx.cell("__class__").contents.as_python_constant()
         first = tx.code.co_varnames[0]
-        obj = tx.symbolic_locals.get(first) or tx.cell(first).contents
+        obj = tx.cell(first).contents if first in tx.cells else tx.load_local(first)
         return SuperVariable(cls, obj)
+
+    def _call_callable(self, tx, obj: VariableTracker):
+        identity = _identity_of(obj)
+        if identity is not None:
+            return ConstantVariable(callable(identity))
+        if obj.is_python_constant():
+            return ConstantVariable(callable(obj.as_python_constant()))
+        from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
+
+        if isinstance(obj, (BaseUserFunctionVariable, UserMethodVariable, PartialVariable, BuiltinVariable)):
+            return ConstantVariable(True)
+        return ConstantVariable(callable(obj.python_type()) and hasattr(obj.python_type(), "__call__"))
 
     def _call_print(self, tx, *args, **kwargs):
         unimplemented("print() is a side effect outside the graph")

@@ -10,6 +10,20 @@ from ..source import AttrSource
 from .base import VariableTracker
 
 
+# Methods of builtin types that only read: called on the real object while tracing, their
+# results guarded through a source that repeats the call.
+_MAPPING_READS = {"get", "__getitem__", "__contains__", "__len__", "keys", "values", "items"}
+READ_ONLY_METHODS: Dict[type, set] = {
+    dict: _MAPPING_READS,
+    types.MappingProxyType: _MAPPING_READS,
+    list: {"__getitem__", "__contains__", "__len__", "index", "count"},
+    tuple: {"__getitem__", "__contains__", "__len__", "index", "count"},
+    set: {"__contains__", "__len__"},
+    frozenset: {"__contains__", "__len__"},
+    str: {"__contains__", "__len__", "startswith", "endswith", "lower", "upper", "split", "format", "join"},
+}
+
+
 def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, attr_source) -> VariableTracker:
     """What `obj.name` gives when `name` is found on the class (methods, properties, descriptors)."""
     from .builder import VariableBuilder
@@ -26,6 +40,9 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         return UserFunctionVariable(static.fget).call_function(tx, [obj_vt], {})
     if isinstance(static, types.FunctionType):
         return UserMethodVariable(static, obj_vt)
+    owner = next((base for base in cls.__mro__ if name in vars(base)), None)
+    if owner in READ_ONLY_METHODS and name in READ_ONLY_METHODS[owner]:
+        return BuiltinMethodVariable(obj_vt, owner, name)
     if hasattr(type(static), "__get__"):
         unimplemented(f"attribute '{name}' is a {type(static).__name__} descriptor")
     return VariableBuilder(tx, attr_source)(static)
@@ -107,7 +124,7 @@ class UserDefinedObjectVariable(VariableTracker):
             return pending
         attr_source = self.source and AttrSource(self.source, name)
         cls = type(self.obj)
-        if "__getattribute__" in vars(cls) or (type(cls).__getattribute__ is not type.__getattribute__):
+        if isinstance(inspect.getattr_static(cls, "__getattribute__"), types.FunctionType):
             unimplemented(f"{cls.__qualname__} overrides __getattribute__")
         instance_dict = getattr(self.obj, "__dict__", {})
         static = inspect.getattr_static(cls, name, None)
@@ -235,3 +252,37 @@ class SuperVariable(VariableTracker):
                 return lookup_class_attribute(tx, self.obj, klass, name, None)
         unimplemented(f"super() has no attribute '{name}'")
 
+
+
+class BuiltinMethodVariable(VariableTracker):
+    """A read-only method of a builtin base type (dict.get, ...) on an existing object."""
+
+    def __init__(self, obj: VariableTracker, owner: type, name: str) -> None:
+        super().__init__()
+        self.obj = obj
+        self.owner = owner
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method {self.owner.__name__}.{self.name} of {self.obj.describe()}"
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]
+
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.obj)
+        codegen.load_attr(self.name)
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        from ..source import MethodCallSource
+        from .builder import VariableBuilder
+
+        real = self.obj.real_object()
+        if real is None or self.obj.source is None or kwargs or not all(a.is_python_constant() for a in args):
+            unimplemented(f"calling {self.describe()}")
+        values = tuple(a.as_python_constant() for a in args)
+        result = getattr(self.owner, self.name)(real, *values)
+        if self.name in ("keys", "values", "items"):
+            result = list(result)
+        source = MethodCallSource(self.obj.source, self.owner, self.name, values)
+        return VariableBuilder(tx, source)(result)
