@@ -75,6 +75,10 @@ class VariableTracker:
         tensors and constants have their own rules)."""
         return None
 
+    def real_value(self) -> Any:
+        """An equivalent real value, for pure library functions evaluated while tracing, or None."""
+        return self.real_object()
+
     def reconstruct(self, codegen: "PyCodegen") -> None:
         """Emit bytecode that pushes the real value (used to build return values)."""
         if self.source is not None:

@@ -117,6 +117,11 @@ class VariableBuilder:
         if any(value is f for f in (object.__setattr__, object.__init__, functools.partial, operator.itemgetter,
                                     operator.attrgetter)):
             return BuiltinVariable(value)
+        if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict, set):
+            from ..symbolic_convert import BoundMethodCall
+
+            owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
+            return BoundMethodCall(owner, value.__name__)
         if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
             self.guard(GuardKind.ID_MATCH, value)
             return BuiltinVariable(value, source)
@@ -139,4 +144,6 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return ConstDictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     if type(value) is set:
         return SetVariable([ConstantVariable(v) for v in value])
+    if type(value) is types.MappingProxyType:
+        return ConstDictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     unimplemented(f"a {type(value).__name__} computed from constants")

@@ -5,6 +5,7 @@ import builtins
 import functools
 import math
 import operator
+import sys
 from typing import Any, Callable, Dict, List
 
 import torch
@@ -24,6 +25,8 @@ _FOLDABLE = {
     *[getattr(math, name) for name in dir(math) if callable(getattr(math, name))],
     *[getattr(operator, name) for name in dir(operator) if not name.startswith("_") and callable(getattr(operator, name))],
 }
+# Functions that read process settings only; evaluated while tracing.
+_SETTINGS_READS = {sys.getrecursionlimit, sys.getdefaultencoding}
 # Functions that the graph records when a tensor is among the arguments.
 _GRAPHABLE = {
     abs, pow, divmod, *[getattr(operator, n) for n in (
@@ -80,7 +83,9 @@ class BuiltinVariable(VariableTracker):
             result = self._sequence_op(tx, *args)
             if result is not None:
                 return result
-        if self.fn in _FOLDABLE and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        if (self.fn in _FOLDABLE or self.fn in _SETTINGS_READS) and all(
+            a.is_python_constant() for a in [*args, *kwargs.values()]
+        ):
             value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
             from .builder import wrap_constant_result
 
@@ -313,6 +318,12 @@ class BuiltinVariable(VariableTracker):
         first = tx.code.co_varnames[0]
         obj = tx.cell(first).contents if first in tx.cells else tx.load_local(first)
         return SuperVariable(cls, obj)
+
+    def _call_all(self, tx, iterable: VariableTracker):
+        return ConstantVariable(all(item.truthy(tx) for item in iterable.unpack_var_sequence(tx)))
+
+    def _call_any(self, tx, iterable: VariableTracker):
+        return ConstantVariable(any(item.truthy(tx) for item in iterable.unpack_var_sequence(tx)))
 
     def _call_callable(self, tx, obj: VariableTracker):
         identity = _identity_of(obj)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+import inspect
 import types
 
 import torch
@@ -11,7 +12,8 @@ from ..exc import unimplemented
 from .base import VariableTracker
 
 _SCALARS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented))
-_OPAQUE = (torch.dtype, torch.device, torch.layout, torch.memory_format, types.CodeType)
+_OPAQUE = (torch.dtype, torch.device, torch.layout, torch.memory_format, types.CodeType, inspect.Signature,
+           inspect.Parameter)
 
 
 def is_constant_value(value: Any) -> bool:
@@ -52,9 +54,9 @@ class ConstantVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if isinstance(self.value, _PURE_METHOD_TYPES + _OPAQUE) and not name.startswith("__"):
-            attr = getattr(self.value, name)
-            if is_constant_value(attr):
-                return ConstantVariable(attr)
+            from .builder import wrap_constant_result
+
+            return wrap_constant_result(getattr(self.value, name))
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):

@@ -15,6 +15,8 @@ from .misc import CellVariable
 
 CO_VARARGS, CO_VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
 CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+# Pure library functions of existing objects (already guarded by identity): evaluated, not inlined.
+_EVALUATED_ON_REAL_OBJECTS = {inspect.signature, inspect.isclass, inspect.isfunction, inspect.ismethod}
 # Library modules whose functions do I/O or touch process state: called, never inlined.
 _SIDE_EFFECT_MODULES = ("logging", "warnings", "threading", "io", "os", "subprocess", "pdb", "traceback")
 
@@ -85,6 +87,12 @@ class BaseUserFunctionVariable(VariableTracker):
         return types.FunctionType
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if getattr(self, "fn", None) in _EVALUATED_ON_REAL_OBJECTS and not kwargs:
+            reals = [a.real_value() if a.real_value() is not None else a for a in args]
+            if all(not isinstance(r, VariableTracker) for r in reals):
+                from .builder import wrap_constant_result
+
+                return wrap_constant_result(self.fn(*reals))
         if self.get_code().co_flags & CO_ASYNC:
             unimplemented(f"calling coroutine function {self.get_code().co_name}")
         module = self.get_globals().get("__name__", "")
@@ -165,6 +173,10 @@ class UserMethodVariable(UserFunctionVariable):
     def real_object(self) -> Any:
         return None  # each attribute access makes a new bound method
 
+    def real_value(self) -> Any:
+        owner = self.obj.real_object()
+        return types.MethodType(self.fn, owner) if owner is not None else None
+
     def subvalues(self) -> List[VariableTracker]:
         return [self.obj]
 
@@ -176,6 +188,13 @@ class UserMethodVariable(UserFunctionVariable):
         codegen.load_const(self.fn)
         codegen.reconstruct(self.obj)
         codegen.call(2)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "__func__":
+            return UserFunctionVariable(self.fn)
+        if name == "__self__":
+            return self.obj
+        return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         return super().call_function(tx, [self.obj, *args], kwargs)

@@ -1,6 +1,7 @@
 """Instances and classes defined by users: attribute reads, methods, properties, namedtuples."""
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import types
 from typing import Any, Dict, List
@@ -125,7 +126,9 @@ class UserDefinedObjectVariable(VariableTracker):
         attr_source = self.source and AttrSource(self.source, name)
         cls = type(self.obj)
         if isinstance(inspect.getattr_static(cls, "__getattribute__"), types.FunctionType):
-            unimplemented(f"{cls.__qualname__} overrides __getattribute__")
+            # e.g. configuration objects that map attribute aliases: read through the real object,
+            # and the guard repeats the read
+            return VariableBuilder(tx, attr_source)(getattr(self.obj, name))
         instance_dict = getattr(self.obj, "__dict__", {})
         static = inspect.getattr_static(cls, name, None)
         is_data_descriptor = static is not None and hasattr(type(static), "__set__")
@@ -174,11 +177,11 @@ class NewObjectVariable(VariableTracker):
         self.attrs: Dict[str, VariableTracker] = {}
 
     @staticmethod
-    def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> "NewObjectVariable":
+    def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         from .functions import UserMethodVariable
 
         if type(cls) is not type or cls.__new__ is not object.__new__ or any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
-            unimplemented(f"creating an instance of {cls.__qualname__} inside a compiled region")
+            return ConstructedObjectVariable(cls, args, kwargs)
         obj = NewObjectVariable(cls)
         init = inspect.getattr_static(cls, "__init__")
         if init is object.__init__:
@@ -225,6 +228,57 @@ class NewObjectVariable(VariableTracker):
         codegen.call(2)
 
 
+class ConstructedObjectVariable(VariableTracker):
+    """An instance of a class whose construction is not traced (a custom __new__, a builtin base
+    such as dict): generated code constructs it with the same arguments, as eager does. Using it
+    while tracing is a graph break."""
+
+    has_identity = True
+
+    def __init__(self, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> None:
+        super().__init__()
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        return f"new {self.cls.__qualname__} object"
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [*self.args, *self.kwargs.values()]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        """A dataclass field holds what was passed for it (or its default)."""
+        from .builder import VariableBuilder
+
+        fields = [f for f in dataclasses.fields(self.cls) if f.init] if dataclasses.is_dataclass(self.cls) else []
+        for i, field in enumerate(fields):
+            if field.name != name:
+                continue
+            if name in self.kwargs:
+                return self.kwargs[name]
+            if i < len(self.args):
+                return self.args[i]
+            if field.default is not dataclasses.MISSING:
+                return VariableBuilder(tx, None)(field.default)
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, codegen) -> None:
+        from ..eval_frame import disable
+
+        codegen.load_function(disable(self.cls))  # its construction was not traced: not converted either
+        for arg in self.args:
+            codegen.reconstruct(arg)
+        for value in self.kwargs.values():
+            codegen.reconstruct(value)
+        if self.kwargs:
+            codegen.append("KW_NAMES", tuple(self.kwargs))
+        codegen.call(len(self.args) + len(self.kwargs))
+
+
 class SuperVariable(VariableTracker):
     """`super()` inside a traced method: attribute lookup starts after `cls` in the object's MRO."""
 
@@ -236,6 +290,15 @@ class SuperVariable(VariableTracker):
     def describe(self) -> str:
         return f"super({self.cls.__qualname__})"
 
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(super)
+        codegen.load_const(self.cls)
+        codegen.reconstruct(self.obj)
+        codegen.call(2)
+
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .functions import UserMethodVariable
 
@@ -245,10 +308,11 @@ class SuperVariable(VariableTracker):
                 static = vars(klass)[name]
                 if isinstance(static, types.FunctionType):
                     return UserMethodVariable(static, self.obj)
-                if static is object.__init__:
+                if static is object.__init__ or static is object.__setattr__:
                     from .builtin import BuiltinVariable
+                    from .functions import PartialVariable
 
-                    return BuiltinVariable(object.__init__)
+                    return PartialVariable(BuiltinVariable(static), [self.obj], {})
                 return lookup_class_attribute(tx, self.obj, klass, name, None)
         unimplemented(f"super() has no attribute '{name}'")
 
