@@ -16,13 +16,6 @@ transformers = pytest.importorskip("transformers")
 from translator_harness import REFERENCE, CompileCounter, explain, optimize, fresh_dynamo  # noqa: E402,F401
 
 VOCAB = 128
-FIRST_BREAK = ("internal error: TypeError: 'str' object cannot be interpreted as an integer")
-XFAIL_ONE_GRAPH = (
-    "minidynamo cannot capture the model in one graph yet; explain's first break reason: "
-    f"{FIRST_BREAK!r} (a break at STORE_ATTR in the ModelOutput dataclass __init__ crashes compile_break: "
-    "dis.stack_effect gets the attribute name as arg). Also the model's own forward is never converted: "
-    "sysconfig platstdlib is <venv>/lib/python3.11, so skip_reason() treats site-packages as library code"
-)
 
 
 def _gpt2(lm_head=False):
@@ -69,7 +62,6 @@ def test_model_matches_eager(name):
 
 
 @pytest.mark.skipif(REFERENCE, reason="graph and break counts are minidynamo's")
-@pytest.mark.xfail(strict=True, reason=XFAIL_ONE_GRAPH)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_one_graph_no_breaks(name):
     build, field = MODELS[name]

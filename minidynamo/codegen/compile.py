@@ -14,7 +14,7 @@ from .build import load_library
 from .cpp import emit_source
 from .lowering import GraphLowering, Unsupported
 from .scheduler import Kernel, Scheduler
-from .wrapper import CompiledGraph
+from .wrapper import CompiledGraph, CppGraph
 
 aten = torch.ops.aten
 
@@ -58,4 +58,4 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     kernels: List[Kernel] = [s for s in steps if isinstance(s, Kernel)]
     source, emitted = emit_source(kernels, lowering.buffers)
     lib = load_library(source) if kernels else None
-    return CompiledGraph(lowering, steps, lib, emitted, source, gm.forward)
+    return CppGraph(lowering, steps, lib, emitted, source, gm.forward)

@@ -41,6 +41,7 @@ class CompiledGraph:
         self.out_spec = lowering.out_spec
         self._lib = lib  # keeps the library loaded as long as this graph lives
         by_name = {e.name: e for e in emitted}
+        self._kernel_args = {e.name: list(e.args) for e in emitted}
         self._plan: List[Callable[[Dict[str, Any], int], None]] = []
         for step in steps:
             if isinstance(step, Kernel):
@@ -108,3 +109,257 @@ class CompiledGraph:
                 t = t.as_strided(spec.size, spec.stride, t.storage_offset() + spec.offset)
             out.append(t)
         return tree_unflatten(out, self.out_spec)
+
+
+# -- the generated fast path ------------------------------------------------------------------
+
+_POOL_MIN_BYTES = 16 << 20  # glibc serves smaller blocks from its heap, without fresh page faults
+_MADV_HUGEPAGE = 14
+
+
+class _Pooled:
+    """One large buffer slot of a graph. glibc hands every block over 32 MiB straight to mmap,
+    so a fresh 64 MiB output costs 16k page faults and 64 MiB of kernel zeroing on each call,
+    more than the kernel that fills it. A slot keeps the storage of its last result and hands it
+    out again once nothing else refers to it (no tensor, view or storage object: the storage's use
+    count is back to our own reference), so results the caller keeps are never overwritten. New
+    storages are mmap'ed with MADV_HUGEPAGE (2 MiB pages: 512x fewer faults)."""
+
+    __slots__ = ("size", "stride", "dtype", "nbytes", "storage")
+
+    def __init__(self, buf: Buffer):
+        self.size, self.stride, self.dtype = tuple(buf.size), tuple(buf.stride), buf.dtype
+        span = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride) if s > 0)
+        self.nbytes = span * buf.dtype.itemsize
+        self.storage = None
+
+    def __call__(self) -> torch.Tensor:
+        st = self.storage
+        if st is None or _use_count(st._cdata) != 1:
+            st = self.storage = _huge_storage(self.nbytes)
+        return torch.empty(0, dtype=self.dtype).set_(st, 0, self.size, self.stride)
+
+
+_use_count = torch._C._storage_Use_Count
+
+
+def _huge_storage(nbytes: int) -> torch.UntypedStorage:
+    import mmap
+    try:
+        m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            m.madvise(getattr(mmap, "MADV_HUGEPAGE", _MADV_HUGEPAGE))
+        except (OSError, ValueError, AttributeError):
+            pass
+        # frombuffer keeps `m` alive for as long as the storage lives.
+        return torch.frombuffer(m, dtype=torch.uint8).untyped_storage()
+    except (OSError, ValueError, TypeError):
+        return torch.UntypedStorage(nbytes)
+
+
+def _fix_input(t: torch.Tensor, buf: Buffer):
+    return _relayout(t, buf)
+
+
+def _fix_result(r: torch.Tensor, buf: Buffer, fn) -> torch.Tensor:
+    out = _relayout(r, buf)
+    if out is None:
+        raise RuntimeError(f"{fn} returned an unexpected layout")
+    return out
+
+
+def _spec_code(spec, leaves: List[str]) -> Optional[str]:
+    """Python source rebuilding `spec` from leaf expressions, or None for container types other
+    than tuple, list and dict (those go through tree_unflatten)."""
+    it = iter(leaves)
+
+    def build(s) -> Optional[str]:
+        if s.is_leaf():
+            return next(it)
+        kids = [build(c) for c in (s.children() if hasattr(s, "children") else s.children_specs)]
+        if any(k is None for k in kids):
+            return None
+        if s.type is tuple:
+            return "(" + "".join(k + ", " for k in kids) + ")"
+        if s.type is list:
+            return "[" + ", ".join(kids) + "]"
+        if s.type is dict and all(isinstance(k, (str, int)) for k in s.context):
+            return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(s.context, kids)) + "}"
+        return None
+    return build(spec)
+
+
+class CppGraph(CompiledGraph):
+    """CompiledGraph whose call is one generated straight-line Python function: locals instead of
+    an environment dict, prebound ctypes functions, layouts decided at compile time; only a
+    stride comparison per input stays on the per-call path."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pycode, self._run = self._generate()
+
+    def _generate(self):
+        g: Dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
+                             "_nthreads": torch.get_num_threads, "_fix_input": _fix_input,
+                             "_fix_result": _fix_result, "_fallback": self.fallback,
+                             "_unflatten": tree_unflatten, "_spec": self.out_spec}
+        counter = [0]
+
+        def const(value) -> str:
+            if value is None or isinstance(value, (bool, int)) or (
+                    isinstance(value, float) and value == value and abs(value) != float("inf")):
+                return repr(value)
+            counter[0] += 1
+            name = f"_k{counter[0]}"
+            g[name] = value
+            return name
+
+        var = {}
+
+        def v(name: str) -> str:
+            if name not in var:
+                var[name] = f"v{len(var)}"
+            return var[name]
+
+        exact = {}  # buffer -> True when its tensor's strides are exactly the buffer's
+        lines = ["def run(*args):"]
+        names = [v(b.name) for b in self.inputs]
+        if names:
+            lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args")
+        for buf, name in zip(self.inputs, names):
+            b = const(buf)
+            lines.append(f"    if {name}.stride() != {tuple(buf.stride)!r}:")
+            lines.append(f"        {name} = _fix_input({name}, {b})")
+            lines.append(f"        if {name} is None: return _fallback(*args)")
+            exact[buf.name] = False
+        for cname, value in self.constants.items():
+            g[v(cname)] = value
+            exact[cname] = False
+        if any(isinstance(s, Kernel) for s in self.steps):
+            lines.append("    nt = _nthreads()")
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                fn = getattr(self._lib, step.name)
+                em_args = self._kernel_args[step.name]
+                fn.argtypes = [ctypes.c_void_p] * len(em_args) + [ctypes.c_int]
+                fn.restype = None
+                g[f"_{step.name}"] = fn
+                for bname in sorted(step.stored):
+                    buf = self.buffers[bname]
+                    nbytes = buf.dtype.itemsize * max(1, _numel(buf.size))
+                    if nbytes >= _POOL_MIN_BYTES:
+                        g[f"_alloc_{v(bname)}"] = _Pooled(buf)
+                        lines.append(f"    {v(bname)} = _alloc_{v(bname)}()")
+                    else:
+                        lines.append(f"    {v(bname)} = _empty({tuple(buf.size)!r}, "
+                                     f"{tuple(buf.stride)!r}, dtype={const(buf.dtype)})")
+                    exact[bname] = True
+                ptrs = "".join(f"{v(a)}.data_ptr(), " for a in em_args)
+                lines.append(f"    _{step.name}({ptrs}nt)")
+            else:
+                lines += self._extern_lines(step, v, const, exact)
+        leaves = []
+        for spec in self.outputs:
+            if spec.kind == "constant":
+                leaves.append(const(spec.constant))
+                continue
+            buf = self.buffers[spec.buffer]
+            t = v(spec.buffer)
+            view = f"{t}.as_strided({spec.size!r}, {spec.stride!r}, {t}.storage_offset() + {spec.offset})"
+            same = tuple(buf.size) == tuple(spec.size) and tuple(buf.stride) == tuple(spec.stride)
+            if same and not spec.offset and exact.get(spec.buffer):
+                leaves.append(t)
+            elif same and not spec.offset:
+                leaves.append(f"({t} if {t}.stride() == {tuple(spec.stride)!r} else {view})")
+            else:
+                leaves.append(view)
+        code = _spec_code(self.out_spec, leaves)
+        if code is None:
+            code = f"_unflatten([{', '.join(leaves)}], _spec)"
+        lines.append(f"    return {code}")
+        src = "\n".join(lines) + "\n"
+        exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), g)
+        return src, g["run"]
+
+    def _extern_lines(self, node: ExternNode, v, const, exact) -> List[str]:
+        def arg(a) -> Optional[str]:
+            if isinstance(a, ExternArg):
+                buf = self.buffers[a.buffer]
+                t = v(a.buffer)
+                if (tuple(buf.size) == tuple(a.size) and a.offset == 0
+                        and _same_layout(buf.size, buf.stride, a.stride)):
+                    return t
+                return f"{t}.as_strided({tuple(a.size)!r}, {tuple(a.stride)!r}, {t}.storage_offset() + {a.offset})"
+            if isinstance(a, (tuple, list)):
+                parts = [arg(x) for x in a]
+                if any(p is None for p in parts):
+                    return None
+                if type(a) is tuple:
+                    return "(" + "".join(p + ", " for p in parts) + ")"
+                if type(a) is list:
+                    return "[" + ", ".join(parts) + "]"
+                return None
+            if isinstance(a, dict):
+                return None if _contains_arg(a) else const(a)
+            return const(a)
+
+        fn = const(node.fn)
+        pos = [arg(a) for a in node.args]
+        kw = {k: arg(x) for k, x in node.kwargs.items()}
+        if any(p is None for p in pos) or any(p is None for p in kw.values()) \
+                or not all(k.isidentifier() for k in kw):
+            # Unusual containers: the generic path, through the environment-free helper.
+            call_name = const(self._generic_extern(node))
+            refs = sorted({r for r in node.reads})
+            env = "{" + ", ".join(f"{r!r}: {v(r)}" for r in refs) + "}"
+            call = f"{call_name}({env})"
+        else:
+            call = f"{fn}({', '.join(pos + [f'{k}={x}' for k, x in kw.items()])})"
+        lines = [f"    r = {call}"]
+        live = [(i, n) for i, n in enumerate(node.names) if n is not None]
+        if len(node.names) > 1:
+            lines.append("    r = r if isinstance(r, (tuple, list)) else (r,)")
+        else:
+            lines.append("    r = r[0] if isinstance(r, (tuple, list)) else r")
+        for i, n in live:
+            buf = self.buffers[n]
+            item = f"r[{i}]" if len(node.names) > 1 else "r"
+            lines.append(f"    {v(n)} = {item}")
+            lines.append(f"    if {v(n)}.stride() != {tuple(buf.stride)!r}: "
+                         f"{v(n)} = _fix_result({v(n)}, {const(buf)}, {fn})")
+            exact[n] = False
+        return lines
+
+    def _generic_extern(self, node: ExternNode):
+        def materialize(env, a):
+            if not isinstance(a, ExternArg):
+                return a
+            t = env[a.buffer]
+            if tuple(t.shape) == a.size and t.stride() == a.stride and a.offset == 0:
+                return t
+            return t.as_strided(a.size, a.stride, t.storage_offset() + a.offset)
+
+        def call(env):
+            args, kwargs = tree_map(lambda a: materialize(env, a), (node.args, node.kwargs))
+            return node.fn(*args, **kwargs)
+        return call
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        return self._run(*args)
+
+
+def _numel(size) -> int:
+    n = 1
+    for s in size:
+        n *= s
+    return n
+
+
+def _same_layout(size, stride_a, stride_b) -> bool:
+    return all(a == b or s == 1 for a, b, s in zip(stride_a, stride_b, size))
+
+
+def _contains_arg(obj) -> bool:
+    found = []
+    tree_map(lambda a: found.append(a) if isinstance(a, ExternArg) else None, obj)
+    return bool(found)

@@ -183,7 +183,7 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(len(obj.example))
         if isinstance(obj, (BaseListVariable, ConstDictVariable)):
             return ConstantVariable(len(obj.items))
-        if obj.has_unpack_var_sequence(tx):
+        if obj.is_python_constant() or isinstance(obj, ListIteratorVariable):
             return ConstantVariable(len(obj.unpack_var_sequence(tx)))
         return obj.call_method(tx, "__len__", [], {})
 

@@ -1,6 +1,8 @@
 """Instances and classes defined by users: attribute reads, methods, properties, namedtuples."""
 from __future__ import annotations
 
+import abc
+import collections.abc
 import dataclasses
 import inspect
 import types
@@ -9,6 +11,7 @@ from typing import Any, Dict, List
 from ..exc import unimplemented
 from ..source import AttrSource
 from .base import VariableTracker
+from .constant import ConstantVariable
 
 
 # Methods of builtin types that only read: called on the real object while tracing, their
@@ -47,6 +50,19 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     if hasattr(type(static), "__get__"):
         unimplemented(f"attribute '{name}' is a {type(static).__name__} descriptor")
     return VariableBuilder(tx, attr_source)(static)
+
+
+def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]:
+    """The items of a user object: through a generator __iter__, or __len__ and __getitem__."""
+    from .functions import UserMethodVariable
+
+    iter_method = inspect.getattr_static(cls, "__iter__", None)
+    if iter_method in (None, collections.abc.Sequence.__iter__) and inspect.getattr_static(cls, "__getitem__", None):
+        length = obj.call_method(tx, "__len__", [], {}).as_python_constant()
+        return [obj.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(length)]
+    if isinstance(iter_method, types.FunctionType):
+        return UserMethodVariable(iter_method, obj).call_function(tx, [], {}).unpack_var_sequence(tx)
+    unimplemented(f"iterating over {cls.__qualname__} objects")
 
 
 class UserDefinedClassVariable(VariableTracker):
@@ -142,6 +158,12 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"{cls.__qualname__}.__getattr__")
         unimplemented(f"{cls.__qualname__} object has no attribute '{name}'")
 
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        return iterate_object(tx, self, type(self.obj))
+
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if self.source is None or _has_custom_setattr(type(self.obj)):
             super().store_attr(tx, name, value)
@@ -157,7 +179,7 @@ class UserDefinedObjectVariable(VariableTracker):
 
 
 def _has_custom_setattr(cls: type) -> bool:
-    return cls.__setattr__ is not object.__setattr__ or any("__slots__" in vars(c) for c in cls.__mro__[:-1])
+    return cls.__setattr__ is not object.__setattr__ or any(vars(c).get("__slots__") for c in cls.__mro__[:-1])
 
 
 def rebuild_object(cls: type, attrs: Dict[str, Any]) -> Any:
@@ -180,7 +202,9 @@ class NewObjectVariable(VariableTracker):
     def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         from .functions import UserMethodVariable
 
-        if type(cls) is not type or cls.__new__ is not object.__new__ or any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
+        if type(cls) not in (type, abc.ABCMeta) or cls.__new__ is not object.__new__ or any(
+            vars(c).get("__slots__") for c in cls.__mro__[:-1]
+        ):
             return ConstructedObjectVariable(cls, args, kwargs)
         obj = NewObjectVariable(cls)
         init = inspect.getattr_static(cls, "__init__")
@@ -212,6 +236,12 @@ class NewObjectVariable(VariableTracker):
         if inspect.getattr_static(self.cls, name, None) is None:
             unimplemented(f"{self.cls.__qualname__} object has no attribute '{name}'")
         return lookup_class_attribute(tx, self, self.cls, name, None)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        return iterate_object(tx, self, self.cls)
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if self.cls.__setattr__ is not object.__setattr__:
