@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dis
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -33,7 +34,18 @@ class Instructions:
         return self.label_index[id(instr.arg)]
 
 
+_read_cache: "weakref.WeakKeyDictionary[types.CodeType, Instructions]" = weakref.WeakKeyDictionary()
+
+
 def read_instructions(code: types.CodeType) -> Instructions:
+    """The instructions of `code`, cached: translators only read them."""
+    instructions = _read_cache.get(code)
+    if instructions is None:
+        instructions = _read_cache[code] = _read(code)
+    return instructions
+
+
+def _read(code: types.CodeType) -> Instructions:
     abstract = Bytecode.from_code(code)
     instrs: List[Instr] = []
     label_index: Dict[int, int] = {}
