@@ -106,7 +106,7 @@ def measure_bandwidth(threads: int, quick: bool) -> Dict[str, float]:
             "copy_torch": 8 * n / ms["copy"] / 1e6}
 
 
-def run(quick: bool = False, threads: int = 1) -> List[dict]:
+def run(quick: bool = False, threads: int = 1, only: Sequence[str] = ()) -> List[dict]:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     cpp = lookup_backend("cpp")
@@ -115,6 +115,8 @@ def run(quick: bool = False, threads: int = 1) -> List[dict]:
     rows = [{"workload": "bandwidth", "threads": threads, **{k: round(v, 2) for k, v in bw.items()}}]
     budget = 1.0 if quick else 3.0
     for name, fn, make, nbytes in workloads(quick):
+        if only and not any(o in name for o in only):
+            continue
         args = make()
         with torch.no_grad():
             t0 = time.perf_counter()
@@ -172,8 +174,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1M-element sizes, fewer repetitions")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="*", default=[], help="workloads whose name contains one of these (not saved)")
     opts = parser.parse_args()
-    rows = run(opts.quick, opts.threads)
+    rows = run(opts.quick, opts.threads, opts.only)
+    if opts.only:
+        print(markdown(rows))
+        return
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     existing = []
     if os.path.exists(RESULTS):

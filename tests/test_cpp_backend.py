@@ -556,3 +556,42 @@ def test_in_memory_cache_reuses_library():
     compile_fn(lambda x: x * 2 + 1, x)
     assert build.stats["memory_hits"] == before["memory_hits"] + 1
     assert build.stats["compiles"] + build.stats["disk_hits"] == before["compiles"] + before["disk_hits"] + 1
+
+
+def test_large_outputs_reuse_storage_only_when_unreferenced():
+    x = torch.randn(2048, 2048)  # 16 MiB results: pooled
+    c = compile_fn(lambda x: (x * 2, x + 1), x)
+    a, b = c(x)
+    pa, pb = a.data_ptr(), b.data_ptr()
+    del a, b
+    a, b = c(x)  # nothing referred to the previous results: same storage
+    assert (a.data_ptr(), b.data_ptr()) == (pa, pb)
+    assert_close(a, x * 2)
+    assert_close(b, x + 1)
+    kept_view = a[1:]
+    kept_storage = b.untyped_storage()
+    del a, b
+    a2, b2 = c(x)  # a view and a storage object are still alive: fresh memory, old values kept
+    assert a2.data_ptr() != pa and b2.data_ptr() != pb
+    assert_close(kept_view, (x * 2)[1:])
+    assert torch.empty(0).set_(kept_storage, 0, (2048, 2048), (2048, 1)).equal(x + 1)
+    assert_close(a2, x * 2)
+
+
+def test_generated_wrapper_handles_views_tuples_and_relayout():
+    x = torch.randn(8, 6)
+    w = torch.randn(6, 5)
+
+    def f(x, w):
+        y = torch.mm(x.relu(), w)
+        return {"t": y.t(), "pair": [y + 1, x[:, 1]], "n": 3}
+
+    c = compile_fn(f, x, w)
+    assert "def run" in c.pycode
+    for args in ((x, w), (x.t().contiguous().t(), w)):  # second: column-major input gets relaid
+        got, exp = c(*args), f(*args)
+        assert_close(got["t"], exp["t"])
+        assert got["t"].stride() == exp["t"].stride()
+        assert_close(got["pair"][0], exp["pair"][0])
+        assert_close(got["pair"][1], exp["pair"][1])
+        assert got["n"] == 3

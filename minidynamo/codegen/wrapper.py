@@ -3,6 +3,7 @@ order, and returns the outputs (as views where the graph returns views)."""
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -135,12 +136,15 @@ class _Pooled:
 
     def __call__(self) -> torch.Tensor:
         st = self.storage
-        if st is None or _use_count(st._cdata) != 1:
+        # References: the slot, `st` and getrefcount's argument. A caller's `t.untyped_storage()`
+        # is this same Python object (one per storage), so it shows in the refcount, not the use count.
+        if st is None or _use_count(st._cdata) != 1 or _refcount(st) != 3:
             st = self.storage = _huge_storage(self.nbytes)
         return torch.empty(0, dtype=self.dtype).set_(st, 0, self.size, self.stride)
 
 
 _use_count = torch._C._storage_Use_Count
+_refcount = sys.getrefcount
 
 
 def _huge_storage(nbytes: int) -> torch.UntypedStorage:
