@@ -17,7 +17,6 @@ import tempfile
 import time
 from typing import Dict, List, Optional, Tuple
 
-import torch
 
 from benchmarks.report import aim_row, ratio
 

@@ -11,7 +11,6 @@ from typing import Callable, Dict, List, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 HAVE_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 SOURCE = "transformers" if HAVE_TRANSFORMERS else "hand-written (transformers not installed)"

@@ -21,7 +21,6 @@ from .exc import Unsupported, UserFrame, unimplemented
 from .output_graph import OutputGraph
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
 from .variables import (
-    BaseListVariable,
     BaseUserFunctionVariable,
     BuiltinVariable,
     CellVariable,

@@ -32,7 +32,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import pytest
 import torch
 
-from translator_harness import REFERENCE, CompileCounter, explain, optimize, reset
+from translator_harness import REFERENCE, CompileCounter, explain, optimize
 
 LOGGER = logging.getLogger("minidynamo_tests.graph_breaks")
 LOGGER.propagate = False

@@ -7,7 +7,6 @@ latency with one subprocess, minidynamo's).
 import json
 import time
 
-import pytest
 
 from benchmarks import __main__ as cli
 from benchmarks import bench_compile, bench_models, bench_overhead, bench_scaling

@@ -1,9 +1,7 @@
 """The C core driven by hand-written frame callbacks: cache, skip, run-only, signatures, threads."""
 import asyncio
-import gc
 import sys
 import threading
-import types
 import warnings
 
 import pytest

@@ -3,7 +3,6 @@
 Counts follow minidynamo's rules: graph 1 = the tensor ops before the break (none: no graph), then
 the resume function is converted and its ops form the next graph(s).
 """
-import logging
 import os
 import time
 import warnings
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-import break_harness as bh
 from break_harness import LOGGER, Cases, rand
 from translator_harness import REFERENCE, fresh_dynamo  # noqa: F401
 

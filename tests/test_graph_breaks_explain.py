@@ -7,12 +7,10 @@ import os
 import pytest
 import torch
 
-import break_harness as bh
-from break_harness import check_breaks, explain_quiet, rand
+from break_harness import explain_quiet, rand
 from translator_harness import REFERENCE, CompileCounter, optimize, fresh_dynamo  # noqa: F401
 
 if REFERENCE:
-    from torch._dynamo.exc import Unsupported as _Unsupported
     Unsupported = Exception  # torch raises its own Unsupported / UserError family
 else:
     from minidynamo.exc import Unsupported

@@ -12,8 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-import break_harness as bh
-from break_harness import Cases, check_breaks, compare, compare_runs, explain_quiet, rand, run_once
+from break_harness import Cases, compare, compare_runs, explain_quiet, rand, run_once
 from translator_harness import REFERENCE, CompileCounter, compile_module, fresh_dynamo  # noqa: F401
 
 CASES = Cases()

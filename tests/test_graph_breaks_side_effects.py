@@ -6,8 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-import break_harness as bh
-from break_harness import Cases, check_breaks, compare, compare_runs, rand, run_once
+from break_harness import Cases, compare_runs, rand, run_once
 from translator_harness import REFERENCE, CompileCounter, optimize, fresh_dynamo  # noqa: F401
 
 if REFERENCE:

@@ -3,7 +3,6 @@ an exact reason; entries die with the objects they identify; recompiles say why;
 import gc
 import logging
 import random
-import warnings
 
 import pytest
 import torch

@@ -3,7 +3,6 @@ requires_grad, global values, object and module attributes; same inputs hit the 
 opcode-coverage check for minidynamo's translator."""
 import dis
 
-import pytest
 import torch
 from torch import nn
 

@@ -3,7 +3,6 @@ submodules, parameters and buffers, module attributes, recompiles on attribute c
 
 Modules are compiled through ``compile_module`` (translator_harness), the one place that decides
 between ``optimize(cnt)(module)``, ``optimize(cnt)(module.forward)`` and a wrapper function."""
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn

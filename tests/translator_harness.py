@@ -13,7 +13,7 @@ Everything that differs between the two targets lives here:
 import math
 import os
 import re
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Optional, Set, Tuple
 
 import pytest
 import torch
