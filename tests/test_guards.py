@@ -242,3 +242,40 @@ def test_fuzz_guards_never_run_stale_entries():
             torch.testing.assert_close(got, want)
     finally:
         minidynamo.config.cache_size_limit = old
+
+
+def test_checks_shared_by_entries_run_once_per_lookup():
+    """Two entries share one GuardCheck: a lookup that rejects the first entry and accepts the
+    second evaluates the shared check once."""
+    from minidynamo import GuardedCode
+    from minidynamo.eval_frame import optimize_with_callback
+
+    calls = []
+
+    def counted():
+        calls.append(1)
+        return True
+
+    def target(n):
+        return n + 1
+
+    slot = {"n": 0}
+    shared = _C.GuardCheck(_C.CHK_CALL, counted, expected2=True)
+    accessors = [(_C.ACC_LOCAL, -1, "n", slot["n"])]
+    sets = [
+        _C.GuardSet(accessors, [(shared, -1, -1), (_C.GuardCheck(_C.CHK_EQUALS, value), 0, -1)], globals())
+        for value in (1, 2)
+    ]
+    made = iter(sets)
+
+    def callback(frame):
+        return GuardedCode(frame.f_code, next(made))
+
+    compiled = optimize_with_callback(callback)(target)
+    compiled(1)
+    compiled(2)
+    assert len(_C.get_cache_entries(target.__code__)) == 2
+    calls.clear()
+    assert compiled(1) == 2  # entry for 2 (front) rejects, entry for 1 accepts
+    assert len(calls) == 1, "the shared check ran once for two entries"
+    assert sets[0]({"n": 1}) is True and sets[0]({"n": 2}) is False, "a GuardSet also checks a locals dict"
