@@ -63,6 +63,24 @@ def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None
     return None
 
 
+def _holds_tensors(value: Any, depth: int = 1) -> bool:
+    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return True
+    if depth > 0 and type(value) in (list, tuple, dict):
+        items = value.values() if type(value) is dict else value
+        return any(_holds_tensors(v, depth - 1) for v in items)
+    return depth > 0 and any(_holds_tensors(v, 0) for v in getattr(value, "__dict__", {}).values())
+
+
+def may_use_tensors(frame: Any) -> bool:
+    """Frames with no tensors in reach (arguments, or globals the code names) have nothing to
+    trace: they run as they are."""
+    if any(_holds_tensors(v) for v in frame.f_locals.values()):
+        return True
+    names = frame.f_code.co_names
+    return any(frame.f_globals.get(n) is torch or _holds_tensors(frame.f_globals.get(n), 0) for n in names)
+
+
 @dataclass
 class FrameRecord:
     """What converting one frame produced, for explain() and logs."""
@@ -144,7 +162,7 @@ class ConvertFrame:
         self.frame_states: "weakref.WeakKeyDictionary[types.CodeType, Dict[str, Any]]" = weakref.WeakKeyDictionary()
 
     def __call__(self, frame: Any) -> Optional[GuardedCode]:
-        if skip_reason(frame.f_code, frame.f_globals) is not None:
+        if skip_reason(frame.f_code, frame.f_globals) is not None or not may_use_tensors(frame):
             return None
         record = FrameRecord(frame.f_code)
         record.recompile_reason = recompile_reason(frame, owner=self)
