@@ -154,6 +154,7 @@ _FLOAT_INLINE = {"exp": "md_expf({0})", "tanh": "md_tanhf({0})",
 
 _PARALLEL_MIN_WORK = 32768
 _EXPENSIVE = frozenset(UNARY_MATH) - {"floor", "ceil", "trunc", "round", "frac", "reciprocal"} | {"pow", "atan2"}
+_FLOAT_SUM_MAX = 4096
 _SPILL_MAX = 16384  # elements of a row array (64 KiB of float32), kept on the thread's stack
 
 
@@ -368,7 +369,7 @@ class KernelEmitter:
         clauses, finals = [], []
         serial = False
         for kn in reductions:
-            c, f, is_serial = self._reduction_init(kn)
+            c, f, is_serial = self._reduction_init(kn, _numel(stage.inner))
             clauses += c
             finals.append((kn, f))
             serial |= is_serial
@@ -396,7 +397,7 @@ class KernelEmitter:
             if kn.name in self.k.stored:
                 self.outer.lines.append(f"{kn.name}[{index_code(kn.store)}] = {kn.name}_v;")
 
-    def _reduction_init(self, kn: KNode):
+    def _reduction_init(self, kn: KNode, length: int = 1 << 30):
         node: ReductionNode = kn.node  # type: ignore[assignment]
         t_out = CTYPES[node.dtype]
         src_dtype = kn.body.dtype
@@ -407,7 +408,12 @@ class KernelEmitter:
         floating = src_dtype.is_floating_point
         lines = self.outer.lines
         if kind in ("sum", "prod"):
-            t_acc = "double" if node.dtype == torch.float32 else t_out
+            # float32 sums accumulate in double, except short rows (softmax, layernorm): there a
+            # float vector accumulator sums at most length/16 values per lane (eager's own
+            # vectorised sum is float too), and a single double chain would be latency-bound,
+            # at half the vector width, twice as slow as memory.
+            t_acc = ("double" if node.dtype == torch.float32 and length > _FLOAT_SUM_MAX
+                     else t_out)
             lines.append(f"{t_acc} {acc} = {0 if kind == 'sum' else 1};")
             return ([f"{'+' if kind == 'sum' else '*'}:{acc}"],
                     [f"{t_out} {res} = static_cast<{t_out}>({acc});"], False)
