@@ -24,6 +24,7 @@ from .variables import (
     BaseUserFunctionVariable,
     BuiltinVariable,
     CellVariable,
+    GradModeVariable,
     ConstantVariable,
     ConstDictVariable,
     ListIteratorVariable,
@@ -643,9 +644,23 @@ class InstructionTranslator(InstructionTranslatorBase):
             return False
         reason = self.break_at[1]
         self.break_at = None
+        self.current_break_index = index
         self.output.break_reasons.append(reason)
         self.generated_code = self.compile_break(index)
         return True
+
+    def in_grad_mode_block(self, index: int) -> bool:
+        """Whether the only handler around `index` is the cleanup of one grad-mode `with` block,
+        which generated code can stand in for (see codegen_resume_calls)."""
+        instrs, handlers = self.instructions.instrs, self.instructions.handlers
+        handler = handlers[index]
+        exits = [v for v in self.stack if isinstance(v, WithExitVariable)]
+        if len(exits) != 1 or not isinstance(exits[0].context, GradModeVariable):
+            return False
+        if instrs[handler].name != "PUSH_EXC_INFO" or instrs[handler + 1].name != "WITH_EXCEPT_START":
+            return False
+        cleanup = handlers[handler]
+        return cleanup is not None and handlers[cleanup] is None
 
     def call_start(self, index: int) -> int:
         """The first of the KW_NAMES/PRECALL instructions leading to the CALL at `index`."""
@@ -658,8 +673,8 @@ class InstructionTranslator(InstructionTranslatorBase):
 
         inst = self.instructions.instrs[index]
         stack = list(self.stack)
-        runs_here = (inst.name in _BREAK_POPS and self.instructions.handlers[index] is None
-                     and not in_loop(self.instructions, index))
+        runs_here = (inst.name in _BREAK_POPS and not in_loop(self.instructions, index)
+                     and (self.instructions.handlers[index] is None or self.in_grad_mode_block(index)))
         if not runs_here:  # continue eagerly from the instruction itself, inside the original code
             return self.codegen_resume_calls(stack, [], None, [(self.call_start(index), True)])
         npop = _BREAK_POPS[inst.name](inst)
@@ -674,7 +689,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         """Generated code for a break: graph, side effects, `inst` on `inputs` (if any), then a
         call of the resume function at each target (two for a conditional jump)."""
         from .bytecode_analysis import live_locals
-        from .bytecode_transformation import Label, assemble, frame_prologue
+        from .bytecode_transformation import Label, TryBegin, TryEnd, assemble, frame_prologue
 
         live = live_locals(self.instructions)
         local_names = {t: self.passed_locals(live[t]) for t, _ in targets}
@@ -694,21 +709,41 @@ class InstructionTranslator(InstructionTranslatorBase):
                 codegen.reconstruct(value)
                 codegen.append("STORE_FAST", f"{prefix}{i}")
         n_results = 0
+        restore = self.grad_mode_restore(inst)
+        if restore is not None:  # the instruction raising leaves its with block: restore the mode
+            try_begin = TryBegin(Label(), push_lasti=False)
+            codegen.instructions.append(try_begin)
         if inst is not None:
             for value in inputs:
                 codegen.reconstruct(value)
             n_results = self.codegen_instruction(codegen, inst, len(inputs))
-            for r in reversed(range(n_results)):
-                codegen.append("STORE_FAST", f"{prefix}{len(kept) + r}")
         branch_label = Label() if len(targets) == 2 else None
         if branch_label is not None:
             codegen.append(_FORWARD_JUMP.get(inst.name, inst.name), branch_label)
+        if restore is not None:
+            codegen.instructions.append(TryEnd(try_begin))
+        for r in reversed(range(n_results)):
+            codegen.append("STORE_FAST", f"{prefix}{len(kept) + r}")
         for k, (target, eager) in enumerate(targets):
             if k == 1:
                 codegen.instructions.append(branch_label)
             spec_nulls = tuple(nulls + [False] * n_results)
             self.codegen_call_resume(codegen, target, spec_nulls, local_names[target], eager, prefix)
+        if restore is not None:
+            codegen.instructions.append(try_begin.target)
+            codegen.load_function(torch._C._set_grad_enabled)
+            codegen.load_const(restore)
+            codegen.call(1)
+            codegen.append("POP_TOP")
+            codegen.append("RERAISE", 0)
         return assemble(frame_prologue(self.code) + codegen.instructions, like=self.code)
+
+    def grad_mode_restore(self, inst: Optional[Instr]) -> Optional[bool]:
+        """The grad mode to restore if `inst`, run inside a grad-mode block, raises."""
+        if inst is None or self.instructions.handlers[self.current_break_index] is None:
+            return None
+        exits = [v for v in self.stack if isinstance(v, WithExitVariable)]
+        return exits[0].context.previous
 
     def codegen_instruction(self, codegen, inst: Instr, n_inputs: int) -> int:
         """Emit the instruction that could not be traced; returns how many values it leaves."""

@@ -120,7 +120,8 @@ def loop_break_statement_with_print(x):
 
 
 # ---------------------------------------------------------------------------------------- no_grad
-@CASES.case(xg, x3, graphs=1, breaks=1)
+# a break inside a grad-mode block: the rest of the block continues in a compiled resume function
+@CASES.case(xg, x3, graphs=2, breaks=1)
 def no_grad_print_inside(x):
     y = x * 2
     with torch.no_grad():
@@ -147,7 +148,7 @@ def no_grad_print_before(x):
     return y + z, z
 
 
-@CASES.case(xg, graphs=1, breaks=1)
+@CASES.case(xg, graphs=2, breaks=1)
 def no_grad_item_inside(x):
     with torch.no_grad():
         s = x.sum()
@@ -168,7 +169,7 @@ def enable_grad_inside_no_grad(x):
 
 
 @CASES.case(lambda: (torch.tensor([1.0, 2.0], requires_grad=True),), lambda: (torch.tensor([-3.0, 2.0], requires_grad=True),),
-            graphs=1, breaks=1)
+            graphs=2, breaks=1)
 def no_grad_data_dependent_if(x):
     with torch.no_grad():
         y = x * 2
@@ -413,7 +414,7 @@ def helper_kwargs(x):
     return inner(y, k=2, bias=0.5).neg()
 
 
-@CASES.case(x3, graphs=3, breaks=2)
+@CASES.case(x3, graphs=4, breaks=2)
 def helper_called_in_no_grad(x):
     y = x + 1
     with torch.no_grad():

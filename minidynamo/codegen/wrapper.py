@@ -1,9 +1,14 @@
 """The Python callable that runs a compiled graph: allocates buffers, calls kernels and externs in
-order, and returns the outputs (as views where the graph returns views)."""
+order, and returns the outputs (as views where the graph returns views).
+
+CompiledGraph interprets its steps (the Triton graphs build on it); CppGraph generates one
+straight-line Python function per graph instead, so a call costs little more than its ctypes calls
+and allocations (what dominates small models), and pools large buffers (see _Pooled)."""
 from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -126,15 +131,20 @@ class _Pooled:
     count is back to our own reference), so results the caller keeps are never overwritten. New
     storages are mmap'ed with MADV_HUGEPAGE (2 MiB pages: 512x fewer faults)."""
 
-    __slots__ = ("size", "stride", "dtype", "nbytes", "storage")
+    __slots__ = ("size", "stride", "dtype", "nbytes", "storage", "lock")
 
     def __init__(self, buf: Buffer):
         self.size, self.stride, self.dtype = tuple(buf.size), tuple(buf.stride), buf.dtype
         span = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride) if s > 0)
         self.nbytes = span * buf.dtype.itemsize
         self.storage = None
+        self.lock = threading.Lock()  # two threads must never both take the free storage
 
     def __call__(self) -> torch.Tensor:
+        with self.lock:
+            return self._take()
+
+    def _take(self) -> torch.Tensor:
         st = self.storage
         # References: the slot, `st` and getrefcount's argument. A caller's `t.untyped_storage()`
         # is this same Python object (one per storage), so it shows in the refcount, not the use count.

@@ -20,7 +20,7 @@ from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
-from .misc import DisabledFunctionVariable, PythonModuleVariable
+from .misc import DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode, WithExitVariable
 from .nn_module import NNModuleVariable
 from .torch import TorchVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
@@ -108,6 +108,13 @@ class VariableBuilder:
         if isinstance(value, types.FunctionType):
             self.guard(GuardKind.ID_MATCH, value)
             return UserFunctionVariable(value, source)
+        if isinstance(value, RestoreGradMode):
+            from ..source import AttrSource as _Attr
+
+            VariableBuilder(tx, source and _Attr(source, "mode"))(value.mode)
+            context = GradModeVariable(not value.mode)
+            context.previous = value.mode
+            return WithExitVariable(context)
         if is_disabled(value):
             self.guard(GuardKind.ID_MATCH, value)
             return DisabledFunctionVariable(value, source)

@@ -125,6 +125,22 @@ class WithExitVariable(VariableTracker):
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         return self.context.call_method(tx, "__exit__", args, kwargs)
 
+    def reconstruct(self, codegen) -> None:
+        """A grad-mode block continued in a resume function: its __exit__ restores the mode."""
+        if not isinstance(self.context, GradModeVariable) or self.context.previous is None:
+            unimplemented(f"continuing a with block of {self.context.describe()} after a graph break")
+        codegen.load_const(RestoreGradMode(self.context.previous))
+
+
+class RestoreGradMode:
+    """Stands for the __exit__ of a grad-mode block that a graph break split: sets the mode back."""
+
+    def __init__(self, mode: bool) -> None:
+        self.mode = mode
+
+    def __call__(self, *exc_info: Any) -> None:
+        torch._C._set_grad_enabled(self.mode)
+
 
 class DisabledFunctionVariable(VariableTracker):
     """A function wrapped in minidynamo.disable(): always called in plain Python."""
