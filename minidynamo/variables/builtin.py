@@ -335,7 +335,7 @@ class BuiltinVariable(VariableTracker):
 
         if isinstance(obj, (BaseUserFunctionVariable, UserMethodVariable, PartialVariable, BuiltinVariable)):
             return ConstantVariable(True)
-        return ConstantVariable(callable(obj.python_type()) and hasattr(obj.python_type(), "__call__"))
+        return ConstantVariable(any("__call__" in vars(klass) for klass in obj.python_type().__mro__))
 
     def _call_print(self, tx, *args, **kwargs):
         unimplemented("print() is a side effect outside the graph")
