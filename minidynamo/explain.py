@@ -141,6 +141,11 @@ class ExplainOutput:
         return out
 
     @property
+    def recompile_reasons(self) -> List[str]:
+        """For each frame compiled again within this run: `function: the guard that failed`."""
+        return [f"{r.code.co_qualname}: {r.recompile_reason}" for r in self.frames if r.recompile_reason]
+
+    @property
     def graph_count(self) -> int:
         return len(self.graphs)
 
@@ -186,6 +191,9 @@ class ExplainOutput:
             lines.append("\n--- break reasons ---")
             for i, reason in enumerate(self.break_reasons, 1):
                 lines.append(f"{i}. {reason}")
+        if self.recompile_reasons:
+            lines.append("\n--- recompiles ---")
+            lines.extend(f"  {reason}" for reason in self.recompile_reasons)
         if self.out_guards:
             lines.append("\n--- guards ---")
             lines.extend(f"  {guard}" for guard in self.out_guards)

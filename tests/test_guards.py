@@ -279,3 +279,16 @@ def test_checks_shared_by_entries_run_once_per_lookup():
     assert compiled(1) == 2  # entry for 2 (front) rejects, entry for 1 accepts
     assert len(calls) == 1, "the shared check ran once for two entries"
     assert sets[0]({"n": 1}) is True and sets[0]({"n": 2}) is False, "a GuardSet also checks a locals dict"
+
+
+def test_explain_shows_recompile_reasons():
+    def helper(t):
+        print(end="")  # a break: the helper runs as a frame of its own, compiled per input
+        return t * 2
+
+    def calls_twice(a, b):
+        return helper(a) + helper(b).sum()
+
+    out = minidynamo.explain(calls_twice)(torch.randn(4), torch.randn(6, 2))
+    assert any("helper: L['t']" in r and "rank mismatch: expected 1, got 2" in r for r in out.recompile_reasons)
+    assert "--- recompiles ---" in str(out)
