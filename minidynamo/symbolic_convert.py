@@ -16,9 +16,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from bytecode import BinaryOp, Compare
 
-from .bytecode_transformation import FreeVar, Instr, Instructions, read_instructions
+from . import _C
+from .bytecode_analysis import in_loop, live_locals
+from .bytecode_transformation import (FreeVar, Instr, Instructions, Label, TryBegin, TryEnd, assemble,
+                                      frame_prologue, read_instructions)
 from .exc import Unsupported, UserFrame, unimplemented
 from .output_graph import OutputGraph
+from .resume_execution import ResumeSpec, resume_code, stack_prefix
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
 from .variables import (
     BaseUserFunctionVariable,
@@ -602,6 +606,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.f_locals: Dict[str, Any] = dict(frame.f_locals)
         self.generated_code: Optional[types.CodeType] = None
         self.break_at = break_at
+        self.current_break_index = -1
         for name in code.co_freevars:
             if name in self.f_locals:
                 value = VariableBuilder(self, LocalSource(name))(self.f_locals[name])
@@ -669,8 +674,6 @@ class InstructionTranslator(InstructionTranslatorBase):
         return index
 
     def compile_break(self, index: int) -> types.CodeType:
-        from .bytecode_analysis import in_loop
-
         inst = self.instructions.instrs[index]
         stack = list(self.stack)
         runs_here = (inst.name in _BREAK_POPS and not in_loop(self.instructions, index)
@@ -688,8 +691,6 @@ class InstructionTranslator(InstructionTranslatorBase):
                              inst: Optional[Instr], targets: List[Tuple[int, bool]]) -> types.CodeType:
         """Generated code for a break: graph, side effects, `inst` on `inputs` (if any), then a
         call of the resume function at each target (two for a conditional jump)."""
-        from .bytecode_analysis import live_locals
-        from .bytecode_transformation import Label, TryBegin, TryEnd, assemble, frame_prologue
 
         live = live_locals(self.instructions)
         local_names = {t: self.passed_locals(live[t]) for t, _ in targets}
@@ -700,8 +701,6 @@ class InstructionTranslator(InstructionTranslatorBase):
             codegen.load_const(torch.is_grad_enabled())
             codegen.call(1)
             codegen.append("POP_TOP")
-        from .resume_execution import stack_prefix
-
         prefix = stack_prefix(self.code)
         nulls = [isinstance(v, NullVariable) for v in kept]
         for i, value in enumerate(kept):
@@ -782,9 +781,6 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def codegen_call_resume(self, codegen, target: int, nulls: Tuple[bool, ...],
                             passed: List[Tuple[str, Optional[VariableTracker]]], eager: bool, prefix: str) -> None:
-        from . import _C
-        from .resume_execution import ResumeSpec, resume_code
-
         spec = ResumeSpec(target, nulls, tuple(name for name, _ in passed), prefix)
         code = resume_code(self.instructions, spec)
         if eager:
