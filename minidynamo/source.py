@@ -160,3 +160,18 @@ class MethodCallSource(ChainedSource):
         codegen.call(len(self.args) + 1)
         if self.method in ("keys", "values", "items"):
             codegen.call(1)
+
+
+@dataclass(frozen=True)
+class ContainsSource(ChainedSource):
+    """Whether `key in base`, asked of a mapping whose membership test cannot be traced."""
+
+    key: Any
+
+    def name(self) -> str:
+        return f"({self.key!r} in {self.base.name()})"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_const(self.key)
+        self.base.reconstruct(codegen)
+        codegen.append("CONTAINS_OP", 0)

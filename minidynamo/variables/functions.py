@@ -1,6 +1,7 @@
 """User functions, methods and functions made by the traced code; calling one inlines it."""
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import types
 from typing import Any, Dict, List, Optional
@@ -68,6 +69,26 @@ def bind_arguments(
     return bound
 
 
+def _mapping_get(tx, mapping: VariableTracker, key: VariableTracker, default: Optional[VariableTracker] = None):
+    """collections.abc.Mapping.get without its try/except: membership first, then the item."""
+    if mapping.call_method(tx, "__contains__", [key], {}).truthy(tx):
+        return mapping.call_method(tx, "__getitem__", [key], {})
+    return default if default is not None else ConstantVariable(None)
+
+
+def _mapping_contains(tx, mapping: VariableTracker, key: VariableTracker) -> VariableTracker:
+    """collections.abc.Mapping.__contains__ catches KeyError: asked of the real mapping instead,
+    and guarded by repeating the question."""
+    from ..source import ContainsSource
+    from .builder import VariableBuilder
+
+    real = mapping.real_object()
+    if real is None or mapping.source is None or not key.is_python_constant():
+        unimplemented(f"'in' on {mapping.describe()}")
+    value = key.as_python_constant()
+    return VariableBuilder(tx, ContainsSource(mapping.source, value))(value in real)
+
+
 class BaseUserFunctionVariable(VariableTracker):
     def get_code(self) -> types.CodeType:
         raise NotImplementedError
@@ -86,6 +107,10 @@ class BaseUserFunctionVariable(VariableTracker):
         return types.FunctionType
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if getattr(self, "fn", None) is collections.abc.Mapping.get and not kwargs:
+            return _mapping_get(tx, *args)
+        if getattr(self, "fn", None) is collections.abc.Mapping.__contains__ and not kwargs:
+            return _mapping_contains(tx, *args)
         if getattr(self, "fn", None) in _EVALUATED_ON_REAL_OBJECTS and not kwargs:
             reals = [a.real_value() if a.real_value() is not None else a for a in args]
             if all(not isinstance(r, VariableTracker) for r in reals):

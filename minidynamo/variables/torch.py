@@ -75,7 +75,7 @@ class TorchVariable(VariableTracker):
             return ConstantVariable(True)
         if fn in _NOT_IN_GRAPH:
             unimplemented(_NOT_IN_GRAPH[fn])
-        if fn is torch.Size or fn in (torch.device, torch.dtype):
+        if fn is torch.Size or fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
         if fn in _CONSTANT_FUNCTIONS:
             from .tensor import TensorVariable
