@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
 from .bytecode_transformation import Instr, Instructions, Label, assemble, frame_prologue
+from .exc import unimplemented
 
 _PROLOGUE_OPS = ("MAKE_CELL", "COPY_FREE_VARS", "RESUME")
 _cache: "weakref.WeakKeyDictionary[types.CodeType, Dict[ResumeSpec, types.CodeType]]" = weakref.WeakKeyDictionary()
@@ -42,7 +43,10 @@ class ResumeSpec:
 def resume_code(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     per_code = _cache.setdefault(instructions.code, {})
     if spec not in per_code:
-        per_code[spec] = _build(instructions, spec)
+        try:
+            per_code[spec] = _build(instructions, spec)
+        except RuntimeError as e:  # the bytecode package cannot lay out this entry (stack depths)
+            unimplemented(f"a resume function at offset {instructions.offsets[spec.target]}: {e}")
     return per_code[spec]
 
 
