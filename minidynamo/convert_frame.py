@@ -54,8 +54,9 @@ def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None
     filename = code.co_filename
     if filename in _USER_CODE_FILES:
         return None
-    if filename.startswith(_CONVERTIBLE_TORCH_DIR):
-        return "library code" if filename == _MODULE_BASE_FILE else None
+    if filename.startswith(_CONVERTIBLE_TORCH_DIR):  # forward methods (and their resume functions) only
+        is_forward = code.co_name == "forward" or code.co_name.endswith("_in_forward")
+        return None if is_forward and filename != _MODULE_BASE_FILE else "library code"
     if filename.startswith(_SKIP_DIRS[:2]) or (filename.startswith(_SKIP_DIRS[2]) and not filename.startswith(_SITE_DIRS)):
         return "library code"
     if filename.startswith("<") and filename not in ("<string>", "<stdin>") and not filename.startswith("<ipython"):

@@ -175,3 +175,16 @@ class ContainsSource(ChainedSource):
         codegen.load_const(self.key)
         self.base.reconstruct(codegen)
         codegen.append("CONTAINS_OP", 0)
+
+
+@dataclass(frozen=True)
+class CallSource(ChainedSource):
+    """What calling `base` with no arguments returns (a weak reference's referent)."""
+
+    def name(self) -> str:
+        return f"{self.base.name()}()"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.append("PUSH_NULL")
+        self.base.reconstruct(codegen)
+        codegen.call(0)

@@ -208,6 +208,7 @@ class KernelEmitter:
         self._levels: Dict[Expr, int] = {}  # per stage: 1 if the value varies in the inner loop
         self.spills = self._plan_spills()
         self.flat = ""  # flat inner-loop position of the current stage
+        self.blocked: Dict[str, List[str]] = {}  # reductions with per-lane accumulator arrays
 
     def new_var(self, prefix: str = "tmp") -> str:
         self.counter += 1
@@ -368,16 +369,65 @@ class KernelEmitter:
         reductions = [kn for kn in stage.nodes if kn.is_reduction]
         clauses, finals = [], []
         serial = False
+        lanes = self._blocked_lanes(stage, reductions)
         for kn in reductions:
-            c, f, is_serial = self._reduction_init(kn, _numel(stage.inner))
+            # With `lanes` accumulators each sums numel/lanes values; _reduction_init's float
+            # threshold is stated for 16 of them.
+            length = _numel(stage.inner) * 16 // lanes if lanes else _numel(stage.inner)
+            c, f, is_serial = self._reduction_init(kn, length)
             clauses += c
             finals.append((kn, f))
             serial |= is_serial
+        self.blocked = {}
+        if lanes:
+            # Several independent vector accumulators per reduction (lanes / vector width of
+            # them): one accumulator would make the loop latency-bound on the add/max chain.
+            for kn in reductions:
+                acc = f"{kn.name}_acc"
+                names = [acc] + ([f"{acc}_nan"] if kn.node.kind in ("max", "min")
+                                 and kn.body.dtype.is_floating_point else [])
+                for a in names:
+                    self.outer.lines.append(f"decltype({a}) {a}_l[{lanes}];")
+                    self.outer.lines.append(f"for (int rj = 0; rj < {lanes}; rj++) {a}_l[rj] = {a};")
+                self.blocked[kn.name] = names
+            last = len(stage.inner) - 1
+            self.loop.lines.append(f"int64_t r{last} = rb + rj;")
         for kn in stage.nodes:
             if kn.is_reduction:
                 self._reduction_update(kn, stage.inner)
             else:
                 self._pointwise(kn, self.loop)
+        if lanes:
+            loops = [("", f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
+                     for d, size in enumerate(stage.inner[:-1])]
+            loops += [("", f"for (int64_t rb = 0; rb < {stage.inner[-1]}; rb += {lanes}) {{"),
+                      ("#pragma omp simd", f"for (int64_t rj = 0; rj < {lanes}; rj++) {{")]
+            self.outer.lines.extend(_nest(loops, self.loop.lines))
+            for kn in reductions:
+                kind = kn.node.kind
+                acc = f"{kn.name}_acc"
+                # Tree combine (halving: vector ops, log-depth) instead of a serial chain.
+                a, b = f"{acc}_l[rj]", f"{acc}_l[rj + w]"
+                if kind == "sum":
+                    comb = [f"{a} += {b};"]
+                else:
+                    cmp = ">" if kind == "max" else "<"
+                    comb = [f"{a} = {b} {cmp} {a} ? {b} : {a};"]
+                    if len(self.blocked[kn.name]) > 1:
+                        comb.append(f"{acc}_nan_l[rj] |= {acc}_nan_l[rj + w];")
+                w = lanes // 2
+                while w:
+                    self.outer.lines.append(f"{{ const int w = {w}; for (int rj = 0; rj < w; rj++) {{ "
+                                            + " ".join(comb) + " } }")
+                    w //= 2
+                final = (f"{acc} += {acc}_l[0];" if kind == "sum" else
+                         f"{acc} = {acc}_l[0]; " + (f"{acc}_nan = {acc}_nan_l[0];"
+                                                    if len(self.blocked[kn.name]) > 1 else ""))
+                self.outer.lines.append(final)
+            self.blocked = {}
+            self.loop = None
+            self._finish_reductions(finals)
+            return
         loops = []
         clause = "".join(f" reduction({c})" for c in clauses)
         for d, size in enumerate(stage.inner):
@@ -391,6 +441,27 @@ class KernelEmitter:
             loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{"))
         self.outer.lines.extend(_nest(loops, self.loop.lines))
         self.loop = None
+        self._finish_reductions(finals)
+
+    def _blocked_lanes(self, stage: Stage, reductions: List[KNode]) -> int:
+        """Accumulators per reduction (4 vectors' worth) when the stage's reductions are all
+        sum/max/min over a last inner dim they divide; 0 for the plain `omp simd reduction`."""
+        if not reductions or stage.inner[-1] < 256:
+            return 0
+        widths = set()
+        for kn in reductions:
+            t = kn.node.dtype if kn.node.kind == "sum" else kn.body.dtype
+            if kn.node.kind not in ("sum", "max", "min") or \
+                    t not in (torch.float32, torch.float64, torch.int32, torch.int64):
+                return 0
+            widths.add(t.itemsize)
+            if kn.node.kind == "sum" and t == torch.float32 \
+                    and _numel(stage.inner) * 16 // 64 > _FLOAT_SUM_MAX:
+                widths.add(8)  # double accumulator
+        lanes = 256 // max(widths)
+        return lanes if stage.inner[-1] % lanes == 0 else 0
+
+    def _finish_reductions(self, finals) -> None:
         for kn, final in finals:
             self.outer.lines.extend(final)
             self.outer.locals[kn.name] = f"{kn.name}_v"
@@ -443,6 +514,10 @@ class KernelEmitter:
         node: ReductionNode = kn.node  # type: ignore[assignment]
         v = self.value(kn.body)
         acc = f"{kn.name}_acc"
+        nan = f"{acc}_nan"
+        if kn.name in self.blocked:
+            nan = f"{acc}_nan_l[rj]"
+            acc = f"{acc}_l[rj]"
         lines = self.loop.lines
         kind = node.kind
         floating = kn.body.dtype.is_floating_point
@@ -458,7 +533,7 @@ class KernelEmitter:
             cmp = ">" if kind == "max" else "<"
             lines.append(f"{acc} = {v} {cmp} {acc} ? {v} : {acc};")
             if floating:
-                lines.append(f"{acc}_nan = {acc}_nan | ({v} != {v});")
+                lines.append(f"{nan} = {nan} | ({v} != {v});")
         else:
             cmp = ">" if kind == "argmax" else "<"
             flat = index_code(_flat_inner(inner))

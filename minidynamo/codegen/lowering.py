@@ -282,6 +282,7 @@ class GraphLowering:
 
 _SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
 _SPLIT_MIN_NUMEL = 65536
+_SPLIT_ROW = 16384
 
 
 def _numel(sizes) -> int:
@@ -295,6 +296,15 @@ def _split_inner(inner: Tuple[int, ...]):
     """(outer, inner, substitution) turning reduction dims into partial-result rows, or None."""
     for k in range(1, len(inner)):
         if _numel(inner[:k]) >= 16 and _numel(inner[k:]) >= 256:
+            rest = _numel(inner[k:])
+            if k == 1 and rest < _SPLIT_ROW:
+                # Rows of about _SPLIT_ROW elements: part of inner[0] joins each row, so a row
+                # is long enough that its setup and combine cost little.
+                f = max(d for d in range(1, _SPLIT_ROW // rest + 1)
+                        if inner[0] % d == 0 and inner[0] // d >= 16)
+                if f > 1:
+                    env = {inner_var(0): Index.var(outer_var(0)) * f + Index.var(inner_var(0))}
+                    return (inner[0] // f,), (f,) + tuple(inner[1:]), env
             env = {inner_var(j): Index.var(outer_var(j)) for j in range(k)}
             env.update({inner_var(j): Index.var(inner_var(j - k)) for j in range(k, len(inner))})
             return inner[:k], inner[k:], env

@@ -6,6 +6,7 @@ import functools
 import math
 import operator
 import types
+import weakref
 from typing import Any, Optional
 
 import torch
@@ -20,7 +21,7 @@ from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
-from .misc import DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode, WithExitVariable
+from .misc import DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode, WeakRefVariable, WithExitVariable
 from .nn_module import NNModuleVariable
 from .torch import TorchVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
@@ -115,6 +116,9 @@ class VariableBuilder:
             context = GradModeVariable(not value.mode)
             context.previous = value.mode
             return WithExitVariable(context)
+        if type(value) is weakref.ref:
+            self.guard(GuardKind.TYPE_MATCH, type(value))
+            return WeakRefVariable(value, source)
         if is_disabled(value):
             self.guard(GuardKind.ID_MATCH, value)
             return DisabledFunctionVariable(value, source)

@@ -14,7 +14,7 @@ from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, TupleVariable
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 
@@ -228,6 +228,9 @@ class BuiltinVariable(VariableTracker):
 
     def _call_reversed(self, tx, seq: VariableTracker):
         return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
+
+    def _call_set(self, tx, *args: VariableTracker):
+        return SetVariable(args[0].unpack_var_sequence(tx) if args else [])
 
     def _call_list(self, tx, *args: VariableTracker):
         return ListVariable(args[0].unpack_var_sequence(tx) if args else [])

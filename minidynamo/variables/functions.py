@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 from ..exc import unimplemented
 from ..source import AttrSource, CellContentsSource, DefaultsSource, GetItemSource
 from .base import VariableTracker
+from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
 from .misc import CellVariable

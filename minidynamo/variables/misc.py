@@ -157,3 +157,25 @@ class DisabledFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         unimplemented(f"a call to {self.describe()}")
+
+
+class WeakRefVariable(VariableTracker):
+    """A weakref.ref: calling it gives its referent, guarded by repeating the call."""
+
+    def __init__(self, ref: Any, source=None) -> None:
+        super().__init__(source)
+        self.ref = ref
+
+    def describe(self) -> str:
+        return "weak reference"
+
+    def real_object(self) -> Any:
+        return self.ref
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        from ..source import CallSource
+        from .builder import VariableBuilder
+
+        if args or kwargs or self.source is None:
+            unimplemented("calling a weak reference")
+        return VariableBuilder(tx, CallSource(self.source))(self.ref())

@@ -85,6 +85,12 @@ class NNModuleVariable(VariableTracker):
 
         return UserMethodVariable(forward, self).call_function(tx, args, kwargs)
 
+    def _descendant(self, tx, qualified_name: str) -> VariableTracker:
+        value: VariableTracker = self
+        for part in filter(None, qualified_name.split(".")):
+            value = value.var_getattr(tx, part)
+        return value
+
     def has_unpack_var_sequence(self, tx) -> bool:
         return isinstance(self.module, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict))
 
@@ -127,6 +133,11 @@ class NNModuleVariable(VariableTracker):
             return ListIteratorVariable(items)
         if name == "children" and not args:
             return ListIteratorVariable([self.var_getattr(tx, n) for n in module._modules])
+        if name in ("modules", "named_modules") and not args and not kwargs:
+            found = [(qualified, self._descendant(tx, qualified)) for qualified, _ in module.named_modules()]
+            if name == "modules":
+                return ListIteratorVariable([vt for _, vt in found])
+            return ListIteratorVariable([TupleVariable([ConstantVariable(q), vt]) for q, vt in found])
         if name == "forward":
             return self.call_function(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)

@@ -14,7 +14,8 @@ from .sym import SizeVariable, specialized_value
 
 # Metadata read while tracing; the tensor guards make these constants safe (sizes, strides and
 # numel are symbolic where a size is).
-_CONSTANT_ATTRS = ("dtype", "device", "ndim", "requires_grad", "is_cuda", "layout", "is_leaf", "is_sparse")
+_CONSTANT_ATTRS = ("dtype", "device", "ndim", "requires_grad", "is_cuda", "layout", "is_leaf", "is_sparse",
+                   "is_nested", "is_quantized", "is_meta", "is_cpu", "is_mkldnn")
 _CONSTANT_METHODS = ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
                      "is_floating_point", "is_complex", "element_size", "get_device", "storage_offset")
 _DATA_DEPENDENT = {
