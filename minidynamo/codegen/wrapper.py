@@ -339,7 +339,8 @@ class CppGraph(CompiledGraph):
             buf = self.buffers[n]
             item = f"r[{i}]" if len(node.names) > 1 else "r"
             lines.append(f"    {v(n)} = {item}")
-            lines.append(f"    if {v(n)}.stride() != {tuple(buf.stride)!r}: "
+            # an extern op may return None for an output the graph never reads (e.g. lstm's reserve)
+            lines.append(f"    if {v(n)} is not None and {v(n)}.stride() != {tuple(buf.stride)!r}: "
                          f"{v(n)} = _fix_result({v(n)}, {const(buf)}, {fn})")
             exact[n] = False
         return lines
