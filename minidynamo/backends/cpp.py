@@ -64,9 +64,17 @@ def _compile_autograd(gm: torch.fx.GraphModule, example_inputs: List[torch.Tenso
     return (lambda *args: compiled(*args)[0]) if single else compiled
 
 
+# Ops whose lowering is not verified yet: graphs holding them run eagerly.
+_EAGER_ONLY = {torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu}
+
+
+def _has_eager_only_ops(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and n.target in _EAGER_ONLY for n in gm.graph.nodes)
+
+
 @register_backend(name="cpp")
 def cpp(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-    if not _static_tensors(example_inputs):
+    if not _static_tensors(example_inputs) or _has_eager_only_ops(gm):
         return gm.forward
     if _needs_grad(gm, example_inputs):
         return _compile_autograd(gm, example_inputs)

@@ -19,7 +19,7 @@ from typing import Callable, List
 import torch
 
 from .. import config
-from .cpp import _needs_grad, _static_tensors
+from .cpp import _has_eager_only_ops, _needs_grad, _static_tensors
 from .registry import register_backend
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def _compile_autograd(gm: torch.fx.GraphModule, example_inputs: List[torch.Tenso
 
 @register_backend(name="triton")
 def triton(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-    if not _static_tensors(example_inputs):
+    if not _static_tensors(example_inputs) or _has_eager_only_ops(gm):
         return gm.forward
     if _needs_grad(gm, example_inputs):
         return _compile_autograd(gm, example_inputs)
