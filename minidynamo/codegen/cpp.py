@@ -226,12 +226,43 @@ class KernelEmitter:
             for e in found:
                 stages_of.setdefault(e, []).append(i)
         spills = {}
+        self.spill_into: Dict[str, str] = {}
         for e, stages in stages_of.items():
             first = stages[0]
             later = {s for s in stages[1:] if self.k.stages[s].inner == self.k.stages[first].inner}
             if later:
-                spills[e] = (f"row{len(spills)}", first, later)
+                name = f"row{len(spills)}"
+                spills[e] = (name, first, later)
+                target = self._spill_target(e, later)
+                if target is not None:
+                    self.spill_into[name] = target
         return spills
+
+    def _spill_target(self, e: Expr, later: set) -> Optional[str]:
+        """Where the spilled row can live instead of a stack array: the kernel's output row that
+        the (single) later stage stores element by element at the same positions (softmax writes
+        exp(x - max) there, then scales it in place). Its stores then overlap the exp pass's
+        compute instead of stalling a store-only pass; returns `buffer + row offset`."""
+        if len(later) != 1:
+            return None
+        stage = self.k.stages[next(iter(later))]
+        flat = dict(_flat_inner(stage.inner).terms)
+        used = set(self.spill_into.values())
+        loaded = {n.buffer for st in self.k.stages for kn in st.nodes for n in kn.body.walk()
+                  if isinstance(n, Load)}
+        for kn in stage.nodes:
+            if kn.is_reduction or kn.name not in self.k.stored or kn.name in loaded \
+                    or self.buffers[kn.name].dtype != e.dtype:
+                continue
+            inner = {n: c for n, c in kn.store.terms if n.startswith("r")}
+            if inner != flat:
+                continue
+            outer = Index(tuple((n, c) for n, c in kn.store.terms if not n.startswith("r")),
+                          kn.store.const)
+            target = f"{kn.name} + ({index_code(outer)})"
+            if target not in used:
+                return target
+        return None
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -365,7 +396,11 @@ class KernelEmitter:
         self.flat = index_code(_flat_inner(stage.inner))
         for e, (name, first, _) in self.spills.items():
             if first == self.stage_index:
-                self.outer.lines.append(f"alignas(64) {CTYPES[e.dtype]} {name}[{_numel(stage.inner)}];")
+                if name in self.spill_into:
+                    self.outer.lines.append(f"{CTYPES[e.dtype]}* {name} = {self.spill_into[name]};")
+                else:
+                    self.outer.lines.append(
+                        f"alignas(64) {CTYPES[e.dtype]} {name}[{_numel(stage.inner)}];")
         reductions = [kn for kn in stage.nodes if kn.is_reduction]
         clauses, finals = [], []
         serial = False
