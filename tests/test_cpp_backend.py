@@ -595,3 +595,30 @@ def test_generated_wrapper_handles_views_tuples_and_relayout():
         assert_close(got["pair"][0], exp["pair"][0])
         assert_close(got["pair"][1], exp["pair"][1])
         assert got["n"] == 3
+
+
+def test_blocked_reductions_streamed_outputs_and_spill_into_output():
+    torch.manual_seed(0)
+    cases = [
+        # >= 32 MiB row-contiguous output of a last pointwise stage: non-temporal stores.
+        (lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+         [torch.randn(2048, 4096), torch.randn(4096), torch.randn(4096)], True),
+        (lambda x: F.log_softmax(x, -1), [torch.randn(2048, 4096)], True),
+        # softmax keeps exp(x - max) in its output row, scaled in place.
+        (lambda x: F.softmax(x, -1), [torch.randn(512, 1024)], False),
+        (lambda x: x.sum(), [torch.randn(3, 1000, 1000)], False),
+        (lambda x: x.amax(-1), [torch.randn(333, 1024)], False),
+        (lambda x: torch.stack([x.amin(-1), x.sum(-1)]), [torch.randn(16, 4096)], False),
+        (lambda x: x.double().sum(-1), [torch.randn(64, 4096)], False),
+    ]
+    for fn, args, streamed in cases:
+        g = compile_fn(fn, *args)
+        assert_close(g(*args), fn(*args))
+        body = g.source[g.source.index('extern "C" void'):]
+        assert ("md_stream16(" in body) == streamed
+    x = torch.randn(256, 1024)
+    x[3, 7] = float("nan")
+    g = compile_fn(lambda x: (F.softmax(x, -1), x.amax(-1)), x)
+    for got, want in zip(g(x), (F.softmax(x, -1), x.amax(-1))):
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert "row0 = buf" in g.source or "float* row0" in g.source

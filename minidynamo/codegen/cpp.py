@@ -99,6 +99,21 @@ template <typename T> static inline T md_fmod(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) return mdm::fmod(a, b); else return a % b;
 }
 template <typename T> static inline T md_sign(T a) { return T((T(0) < a) - (a < T(0))); }
+// Non-temporal store of 16 floats (a 64-byte aligned line): large outputs written without first
+// reading each line into the cache.
+typedef float md_v16f __attribute__((vector_size(64)));
+static inline void md_stream16(float* p, const float* v) {
+#ifdef __AVX512F__
+  md_v16f x; __builtin_memcpy(&x, v, 64); __builtin_ia32_movntps512(p, x);
+#else
+  for (int i = 0; i < 16; i++) p[i] = v[i];
+#endif
+}
+static inline void md_sfence() {
+#ifdef __AVX512F__
+  __builtin_ia32_sfence();
+#endif
+}
 // float32 exp and tanh written out so gcc inlines and vectorises them at full vector width
 // (glibc's vector tanhf falls back to scalar calls).
 static inline float md_pow2i(int32_t k) { return __builtin_bit_cast(float, (k + 127) << 23); }
@@ -155,7 +170,8 @@ _FLOAT_INLINE = {"exp": "md_expf({0})", "tanh": "md_tanhf({0})",
 _PARALLEL_MIN_WORK = 32768
 _EXPENSIVE = frozenset(UNARY_MATH) - {"floor", "ceil", "trunc", "round", "frac", "reciprocal"} | {"pow", "atan2"}
 _FLOAT_SUM_MAX = 4096
-_SPILL_MAX = 16384  # elements of a row array (64 KiB of float32), kept on the thread's stack
+_SPILL_MAX = 16384
+_STREAM_MIN_BYTES = 32 << 20  # outputs this large go to memory: non-temporal stores  # elements of a row array (64 KiB of float32), kept on the thread's stack
 
 
 def literal(value, dtype: torch.dtype) -> str:
@@ -206,7 +222,12 @@ class KernelEmitter:
         self.outer: Scope = Scope([], 0)
         self.loop: Optional[Scope] = None
         self._levels: Dict[Expr, int] = {}  # per stage: 1 if the value varies in the inner loop
+        self.stream: Dict[str, str] = {}
+        self.stream_lines: Dict[str, str] = {}  # streaming store line -> the plain store line
         self.spills = self._plan_spills()
+        # A row the kernel re-reads (a spill target) is better cached than streamed.
+        self.stream = {b: off for b, off in self._plan_stream().items()
+                       if not any(t.startswith(b + " ") for t in self.spill_into.values())}
         self.flat = ""  # flat inner-loop position of the current stage
         self.blocked: Dict[str, List[str]] = {}  # reductions with per-lane accumulator arrays
 
@@ -237,6 +258,30 @@ class KernelEmitter:
                 if target is not None:
                     self.spill_into[name] = target
         return spills
+
+    def _plan_stream(self) -> Dict[str, str]:
+        """Outputs of the last (pointwise, row-contiguous) stage that are large enough to miss the
+        cache anyway: written with non-temporal stores. Maps buffer -> row offset code."""
+        if not self.k.stages or not self.k.outer:
+            return {}
+        stage = self.k.stages[-1]
+        if stage.inner is None or len(stage.inner) != 1 or stage.inner[0] % 16 \
+                or any(kn.is_reduction for kn in stage.nodes):
+            return {}
+        loaded = {n.buffer for st in self.k.stages for kn in st.nodes for n in kn.body.walk()
+                  if isinstance(n, Load)}
+        out = {}
+        for kn in stage.nodes:
+            buf = self.buffers.get(kn.name)
+            if kn.name not in self.k.stored or kn.name in loaded or buf is None \
+                    or buf.dtype != torch.float32 or _numel(buf.size) * 4 < _STREAM_MIN_BYTES:
+                continue
+            if {n: c for n, c in kn.store.terms if n.startswith("r")} != {"r0": 1}:
+                continue
+            outer = Index(tuple((n, c) for n, c in kn.store.terms if not n.startswith("r")),
+                          kn.store.const)
+            out[kn.name] = index_code(outer)
+        return out
 
     def _spill_target(self, e: Expr, later: set) -> Optional[str]:
         """Where the spilled row can live instead of a stack array: the kernel's output row that
@@ -389,7 +434,13 @@ class KernelEmitter:
         v = self.value(kn.body)
         scope.locals[kn.name] = v
         if kn.name in self.k.stored:
-            scope.lines.append(f"{kn.name}[{index_code(kn.store)}] = {v};")
+            line = f"{kn.name}[{index_code(kn.store)}] = {v};"
+            if scope is self.loop and kn.name in self.stream \
+                    and self.stage_index == len(self.k.stages) - 1:
+                st = f"{kn.name}_st[rj] = {v};"
+                self.stream_lines[st] = line
+                line = st
+            scope.lines.append(line)
 
     def _loop_stage(self, stage: Stage, parallel: bool) -> None:
         self.loop = Scope([], 1)
@@ -463,6 +514,9 @@ class KernelEmitter:
             self.loop = None
             self._finish_reductions(finals)
             return
+        if self.stream_lines:
+            self._emit_streaming(stage)
+            return
         loops = []
         clause = "".join(f" reduction({c})" for c in clauses)
         for d, size in enumerate(stage.inner):
@@ -477,6 +531,30 @@ class KernelEmitter:
         self.outer.lines.extend(_nest(loops, self.loop.lines))
         self.loop = None
         self._finish_reductions(finals)
+
+    def _emit_streaming(self, stage: Stage) -> None:
+        """Rows whose outputs are 64-byte aligned: 16 values at a time into a register-sized
+        array, then one non-temporal store each; other rows: the plain loop."""
+        names = sorted(self.stream)
+        aligned = " && ".join(f"(reinterpret_cast<uintptr_t>({n} + ({self.stream[n]})) % 64 == 0)"
+                              for n in names)
+        out = [f"if ({aligned}) {{",
+               f"  for (int64_t rb = 0; rb < {stage.inner[0]}; rb += 16) {{"]
+        out += [f"    alignas(64) float {n}_st[16];" for n in names]
+        out += ["    #pragma omp simd", "    for (int64_t rj = 0; rj < 16; rj++) {",
+                "      int64_t r0 = rb + rj;"]
+        out += ["      " + line for line in self.loop.lines]
+        out += ["    }"]
+        out += [f"    md_stream16({n} + ({self.stream[n]}) + rb, {n}_st);" for n in names]
+        out += ["  }", "} else {"]
+        plain = [self.stream_lines.get(line, line) for line in self.loop.lines]
+        out += ["  " + line for line in _nest(
+            [("#pragma omp simd", f"for (int64_t r0 = 0; r0 < {stage.inner[0]}; r0++) {{")],
+            plain)]
+        out += ["}"]
+        self.outer.lines.extend(out)
+        self.stream_lines = {}
+        self.loop = None
 
     def _blocked_lanes(self, stage: Stage, reductions: List[KNode]) -> int:
         """Accumulators per reduction (4 vectors' worth) when the stage's reductions are all
