@@ -223,11 +223,17 @@ class KernelEmitter:
         self.loop: Optional[Scope] = None
         self._levels: Dict[Expr, int] = {}  # per stage: 1 if the value varies in the inner loop
         self.stream: Dict[str, str] = {}
+        self.prefetch: Dict[str, str] = {}
         self.stream_lines: Dict[str, str] = {}  # streaming store line -> the plain store line
         self.spills = self._plan_spills()
         # A row the kernel re-reads (a spill target) is better cached than streamed.
-        self.stream = {b: off for b, off in self._plan_stream().items()
-                       if not any(t.startswith(b + " ") for t in self.spill_into.values())}
+        rows = {b: off for b, off in self._plan_stream().items()
+                if not any(t.startswith(b + " ") for t in self.spill_into.values())}
+        self.stream = {b: off for b, off in self._plan_stream(_STREAM_MIN_BYTES).items()
+                       if b in rows}
+        # Output rows the last (store-only) pass writes: prefetched for writing during the first,
+        # load-bound, pass so the stores do not stall on cache misses with nothing to overlap.
+        self.prefetch = {b: off for b, off in rows.items() if b not in self.stream}
         self.flat = ""  # flat inner-loop position of the current stage
         self.blocked: Dict[str, List[str]] = {}  # reductions with per-lane accumulator arrays
 
@@ -259,7 +265,7 @@ class KernelEmitter:
                     self.spill_into[name] = target
         return spills
 
-    def _plan_stream(self) -> Dict[str, str]:
+    def _plan_stream(self, min_bytes: int = 0) -> Dict[str, str]:
         """Outputs of the last (pointwise, row-contiguous) stage that are large enough to miss the
         cache anyway: written with non-temporal stores. Maps buffer -> row offset code."""
         if not self.k.stages or not self.k.outer:
@@ -274,7 +280,7 @@ class KernelEmitter:
         for kn in stage.nodes:
             buf = self.buffers.get(kn.name)
             if kn.name not in self.k.stored or kn.name in loaded or buf is None \
-                    or buf.dtype != torch.float32 or _numel(buf.size) * 4 < _STREAM_MIN_BYTES:
+                    or buf.dtype != torch.float32 or _numel(buf.size) * 4 < min_bytes:
                 continue
             if {n: c for n, c in kn.store.terms if n.startswith("r")} != {"r0": 1}:
                 continue
@@ -486,9 +492,21 @@ class KernelEmitter:
         if lanes:
             loops = [("", f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
                      for d, size in enumerate(stage.inner[:-1])]
-            loops += [("", f"for (int64_t rb = 0; rb < {stage.inner[-1]}; rb += {lanes}) {{"),
-                      ("#pragma omp simd", f"for (int64_t rj = 0; rj < {lanes}; rj++) {{")]
-            self.outer.lines.extend(_nest(loops, self.loop.lines))
+            loops += [("", f"for (int64_t rb = 0; rb < {stage.inner[-1]}; rb += {lanes}) {{")]
+            lines = _nest(loops, [])
+            close = lines[len(loops):]
+            lines = lines[:len(loops)]
+            pad = "  " * len(loops)
+            if self.stage_index == 0 and len(stage.inner) == 1 and self.prefetch \
+                    and self.k.stages[-1].inner == stage.inner:
+                for b, off in sorted(self.prefetch.items()):
+                    for i in range(0, lanes, 16):
+                        lines.append(f"{pad}__builtin_prefetch({b} + ({off}) + rb + {i}, 1);")
+            lines += _nest([("#pragma omp simd", f"for (int64_t rj = 0; rj < {lanes}; rj++) {{")],
+                           self.loop.lines)
+            lines = lines[:len(loops)] + [pad + ln if not ln.startswith(pad) else ln
+                                          for ln in lines[len(loops):]] + close
+            self.outer.lines.extend(lines)
             for kn in reductions:
                 kind = kn.node.kind
                 acc = f"{kn.name}_acc"
