@@ -439,14 +439,14 @@ def test_autograd_through_aot(monkeypatch):
     import minidynamo.backends.cpp as cpp_backend
 
     compiled = []
-    original = cpp_backend.compile_inference
+    original = cpp_backend.cpp.compile_inference
 
     def counting(gm, inputs):
         fn = original(gm, inputs)
         compiled.append(fn)
         return fn
 
-    monkeypatch.setattr(cpp_backend, "compile_inference", counting)
+    monkeypatch.setattr(cpp_backend.cpp, "compile_inference", counting)
     torch.manual_seed(2)
     m = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
     x = torch.randn(6, 16, requires_grad=True)

@@ -293,14 +293,14 @@ def test_autograd_through_aot(monkeypatch):
     import minidynamo.backends.triton as triton_backend
 
     compiled = []
-    original = triton_backend.compile_inference
+    original = triton_backend.triton.compile_inference
 
     def counting(gm, inputs):
         fn = original(gm, inputs)
         compiled.append(fn)
         return fn
 
-    monkeypatch.setattr(triton_backend, "compile_inference", counting)
+    monkeypatch.setattr(triton_backend.triton, "compile_inference", counting)
     torch.manual_seed(2)
     m = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
     x = torch.randn(6, 16, requires_grad=True)

@@ -1,91 +1,16 @@
-"""The "cpp" backend: our own fused C++/OpenMP code generator (minidynamo.codegen).
-
-Graphs that need gradients go through aot_autograd, with forward and backward both compiled here.
-Anything the code generator cannot take (symbolic sizes, non-tensor inputs, input mutation, an
-internal error) runs eagerly instead; results are never approximated by dropping work.
-"""
-from __future__ import annotations
-
-import copy
-import logging
+"""The "cpp" backend: our own fused C++/OpenMP code generator (minidynamo.codegen)."""
 from typing import Callable, List
 
 import torch
 
-from .. import config
+from .codegen_backend import CodegenBackend
 from .registry import register_backend
 
-log = logging.getLogger(__name__)
 
-
-def _static_tensors(example_inputs) -> bool:
-    return all(
-        isinstance(t, torch.Tensor)
-        and not any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride()))
-        for t in example_inputs)
-
-
-def _needs_grad(gm: torch.nn.Module, inputs) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    return any(t.requires_grad for t in inputs) or any(p.requires_grad for p in gm.parameters())
-
-
-def compile_inference(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-    """Compile a graph whose outputs need no autograd history; eager fallback on any failure."""
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
     from ..codegen import compile_graph
 
-    if not _static_tensors(example_inputs):
-        return gm.forward
-    try:
-        return compile_graph(gm, example_inputs)
-    except Exception:
-        if config.strict:
-            raise
-        log.warning("cpp backend: falling back to eager", exc_info=True)
-        return gm.forward
+    return compile_graph(gm, example_inputs)
 
 
-def _compile_autograd(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
-
-    output = next(n for n in gm.graph.nodes if n.op == "output")
-    single = not isinstance(output.args[0], (tuple, list))
-    if single:
-        # aot_autograd wants tuple outputs; wrap a copy and unwrap the result.
-        gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
-        out = next(n for n in gm.graph.nodes if n.op == "output")
-        out.args = ((out.args[0],),)
-        gm.recompile()
-    def boxed(g: torch.fx.GraphModule, inputs: List[torch.Tensor]) -> Callable:
-        return make_boxed_func(compile_inference(g, inputs))
-
-    compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed, bw_compiler=boxed)
-    return (lambda *args: compiled(*args)[0]) if single else compiled
-
-
-# Ops whose lowering is not verified yet: graphs holding them run eagerly.
-_EAGER_ONLY = {torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu}
-
-
-def _has_eager_only_ops(gm: torch.fx.GraphModule) -> bool:
-    return any(n.op == "call_function" and n.target in _EAGER_ONLY for n in gm.graph.nodes)
-
-
-@register_backend(name="cpp")
-def cpp(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-    if not _static_tensors(example_inputs) or _has_eager_only_ops(gm):
-        return gm.forward
-    if _needs_grad(gm, example_inputs):
-        return _compile_autograd(gm, example_inputs)
-    compiled = compile_inference(gm, example_inputs)
-    if compiled == gm.forward:
-        return compiled
-
-    def run(*args):
-        # Compiled without autograd: if the caller now wants gradients, keep them correct.
-        if _needs_grad(gm, args):
-            return gm.forward(*args)
-        return compiled(*args)
-    run.compiled = compiled  # type: ignore[attr-defined]
-    return run
+cpp = register_backend(CodegenBackend("cpp", _compile_graph), name="cpp")

@@ -1,0 +1,94 @@
+"""What the "cpp" and "triton" backends share: eager fallbacks, gradients through aot_autograd.
+
+Graphs that need gradients go through aot_autograd, with forward and backward both compiled by the
+code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation, ops
+whose lowering is not verified, an internal error) runs eagerly instead; results are never
+approximated by dropping work.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Callable, List, Sequence
+
+import torch
+
+from .. import config
+
+log = logging.getLogger(__name__)
+
+# Ops whose lowering is not verified yet: graphs holding them run eagerly.
+_EAGER_ONLY = {torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu}
+
+
+def static_tensors(example_inputs: Sequence) -> bool:
+    return all(
+        isinstance(t, torch.Tensor)
+        and not any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride()))
+        for t in example_inputs)
+
+
+def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    return any(t.requires_grad for t in inputs) or any(p.requires_grad for p in gm.parameters())
+
+
+def has_eager_only_ops(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and n.target in _EAGER_ONLY for n in gm.graph.nodes)
+
+
+class CodegenBackend:
+    """A torch.compile-style backend over one of our code generators (`compile_graph`)."""
+
+    def __init__(self, name: str, compile_graph: Callable[[torch.fx.GraphModule, List[torch.Tensor]], Callable]):
+        self.__name__ = name
+        self.compile_graph = compile_graph
+
+    def compile_inference(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
+        """Compile a graph whose outputs need no autograd history; eager fallback on any failure."""
+        if not static_tensors(example_inputs):
+            return gm.forward
+        try:
+            return self.compile_graph(gm, example_inputs)
+        except Exception:
+            if config.strict:
+                raise
+            log.warning("%s backend: falling back to eager", self.__name__, exc_info=True)
+            return gm.forward
+
+    def compile_autograd(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
+        from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        single = not isinstance(output.args[0], (tuple, list))
+        if single:
+            # aot_autograd wants tuple outputs; wrap a copy and unwrap the result.
+            gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+            out = next(n for n in gm.graph.nodes if n.op == "output")
+            out.args = ((out.args[0],),)
+            gm.recompile()
+
+        def boxed(g: torch.fx.GraphModule, inputs: List[torch.Tensor]) -> Callable:
+            return make_boxed_func(self.compile_inference(g, inputs))
+
+        compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed, bw_compiler=boxed)
+        return (lambda *args: compiled(*args)[0]) if single else compiled
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
+        if not static_tensors(example_inputs) or has_eager_only_ops(gm):
+            return gm.forward
+        if needs_grad(gm, example_inputs):
+            return self.compile_autograd(gm, example_inputs)
+        compiled = self.compile_inference(gm, example_inputs)
+        if compiled == gm.forward:
+            return compiled
+
+        def run(*args):
+            # Compiled without autograd: if the caller now wants gradients, keep them correct.
+            if needs_grad(gm, args):
+                return gm.forward(*args)
+            return compiled(*args)
+
+        run.compiled = compiled  # type: ignore[attr-defined]
+        return run
