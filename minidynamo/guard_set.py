@@ -15,7 +15,7 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
-from .guards import CheckFunction, Guard, GuardKind, code_for, detach_value, failure_reason, render_source
+from .guards import CheckFunction, Guard, GuardKind, code_for, detach_value, reason_for, render_source
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
                      ModuleGlobalsSource, Source)
 
@@ -198,7 +198,18 @@ def build_check_function(code: types.CodeType, guards: Sequence[Guard], f_locals
 
 def _python_check(guards: List[Guard], f_globals: Dict[str, Any],
                   namespaces: Dict[str, Dict[str, Any]]) -> Callable[[Dict[str, Any]], bool]:
-    def check(f_locals: Dict[str, Any]) -> bool:
-        return failure_reason(guards, f_locals, f_globals, namespaces) is None
-
-    return check
+    """One Python function, compiled once, for the guards the C guard set leaves to Python:
+    shape relations as written, others through the same check that explains failures."""
+    scope: Dict[str, Any] = {**namespaces, "G": f_globals, "torch": torch, "types": types,
+                             "___reason": reason_for, "___guards": guards, "___namespaces": namespaces}
+    terms = []
+    for i, guard in enumerate(guards):
+        if guard.kind is GuardKind.SHAPE_ENV:
+            terms.extend(f"({expr})" for expr in guard.value)
+        else:  # an alias guard evaluates the other source, so it gets the frame's scope
+            names = "{**___namespaces, 'L': L, 'G': G}" if guard.kind is GuardKind.ALIAS_OF else "{}"
+            terms.append(f"___reason(___guards[{i}], {guard.name}, {names}) is None")
+    source = ("def ___check(L):\n    try:\n        return (" + "\n            and ".join(terms or ["True"])
+              + ")\n    except Exception:\n        return False\n")
+    exec(compile(source, "<minidynamo python guards>", "exec"), scope)
+    return scope["___check"]

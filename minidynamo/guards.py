@@ -175,7 +175,7 @@ def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals:
             value = eval(guard.name, scope) if guard.source is not None else None
         except Exception:
             return f"{guard.name} is missing"
-        reason = _reason(guard, value, scope)
+        reason = reason_for(guard, value, scope)
         if reason is not None:
             return reason
         if guard.kind is GuardKind.TENSOR_MATCH:
@@ -187,7 +187,8 @@ def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals:
     return None
 
 
-def _reason(guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+def reason_for(guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+    """Why `value` (read at the guard's source) fails `guard`, or None; `scope` resolves other sources."""
     name, kind = guard.name, guard.kind
     expected = expected_object(guard)
     if kind is GuardKind.TYPE_MATCH and type(value) is not expected:
