@@ -300,44 +300,35 @@ def _frame_values(tx) -> List[Any]:
     return values
 
 
-def _as_node_arg(value: Any) -> Any:
+def _map_trackers(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`value` (trackers, possibly inside tuples, lists, dicts and slices) with each tensor or
+    symbolic size replaced by `leaf(tracker)` and every other tracker by its constant."""
     if isinstance(value, (TensorVariable, SymNodeVariable)):
-        return value.node
+        return leaf(value)
+    if isinstance(value, BaseListVariable):
+        items = [_map_trackers(v, leaf) for v in value.items]
+        return items if value.python_cls is list else tuple(items)
+    if isinstance(value, ConstDictVariable):
+        return {k: _map_trackers(v, leaf) for k, v in value.items.items()}
+    if isinstance(value, SliceVariable):
+        return slice(*[_map_trackers(p, leaf) for p in value.parts])
     if isinstance(value, VariableTracker):
-        if isinstance(value, BaseListVariable):
-            items = [_as_node_arg(v) for v in value.items]
-            return items if value.python_cls is list else tuple(items)
-        if isinstance(value, ConstDictVariable):
-            return {k: _as_node_arg(v) for k, v in value.items.items()}
-        if isinstance(value, SliceVariable):
-            return slice(*[_as_node_arg(p) for p in value.parts])
-        if value.is_python_constant():
-            return value.as_python_constant()
-        unimplemented(f"passing {value.describe()} to a tensor operation")
+        if not value.is_python_constant():
+            unimplemented(f"passing {value.describe()} to a tensor operation")
+        return value.as_python_constant()
     if isinstance(value, tuple):
-        return tuple(_as_node_arg(v) for v in value)
+        return tuple(_map_trackers(v, leaf) for v in value)
     if isinstance(value, dict):
-        return {k: _as_node_arg(v) for k, v in value.items()}
+        return {k: _map_trackers(v, leaf) for k, v in value.items()}
     return value
+
+
+def _as_node_arg(value: Any) -> Any:
+    return _map_trackers(value, lambda t: t.node)
 
 
 def _as_example(value: Any) -> Any:
-    if isinstance(value, (TensorVariable, SymNodeVariable)):
-        return value.example
-    if isinstance(value, BaseListVariable):
-        items = [_as_example(v) for v in value.items]
-        return items if value.python_cls is list else tuple(items)
-    if isinstance(value, ConstDictVariable):
-        return {k: _as_example(v) for k, v in value.items.items()}
-    if isinstance(value, SliceVariable):
-        return slice(*[_as_example(p) for p in value.parts])
-    if isinstance(value, VariableTracker):
-        return value.as_python_constant()
-    if isinstance(value, tuple):
-        return tuple(_as_example(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _as_example(v) for k, v in value.items()}
-    return value
+    return _map_trackers(value, lambda t: t.example)
 
 
 def _graph_outputs(values: List[VariableTracker]) -> List[Union[TensorVariable, SymNodeVariable]]:
