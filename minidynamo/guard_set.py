@@ -182,9 +182,8 @@ class GuardSetBuilder:
             ).check
             tensor_accessors = [self.accessor(g.source) for g in tensors]
         stored = [detach_value(g) for g in ordered]
-        fallback = _python_check([detach_value(g) for g in in_python], self.f_globals, self.namespaces)
-        guard_set = _C.GuardSet(self.accessors, self.items, self.f_globals, tensor_check, tensor_accessors,
-                                fallback if in_python else None)
+        fallback = _python_check([detach_value(g) for g in in_python], self.f_globals, self.namespaces) if in_python else None
+        guard_set = _C.GuardSet(self.accessors, self.items, self.f_globals, tensor_check, tensor_accessors, fallback)
         for users in self.weak_checks:
             users.add(guard_set)
         return CheckFunction(guard_set, stored, render_source(ordered), self.namespaces)
