@@ -604,8 +604,10 @@ def test_blocked_reductions_streamed_outputs_and_spill_into_output():
         (lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
          [torch.randn(2048, 4096), torch.randn(4096), torch.randn(4096)], True),
         (lambda x: F.log_softmax(x, -1), [torch.randn(2048, 4096)], True),
-        # softmax keeps exp(x - max) in its output row, scaled in place.
+        # softmax keeps exp(x - max) in its output row, scaled in place; a 32 MiB output is
+        # streamed instead and exp goes to a row on the stack.
         (lambda x: F.softmax(x, -1), [torch.randn(512, 1024)], False),
+        (lambda x: F.softmax(x, -1), [torch.randn(2048, 4096)], True),
         (lambda x: x.sum(), [torch.randn(3, 1000, 1000)], False),
         (lambda x: x.amax(-1), [torch.randn(333, 1024)], False),
         (lambda x: torch.stack([x.amin(-1), x.sum(-1)]), [torch.randn(16, 4096)], False),
@@ -614,7 +616,7 @@ def test_blocked_reductions_streamed_outputs_and_spill_into_output():
     for fn, args, streamed in cases:
         g = compile_fn(fn, *args)
         assert_close(g(*args), fn(*args))
-        body = g.source[g.source.index('extern "C" void'):]
+        body = g.source[g.source.index("void kernel0("):]
         assert ("md_stream16(" in body) == streamed
     x = torch.randn(256, 1024)
     x[3, 7] = float("nan")
@@ -622,3 +624,36 @@ def test_blocked_reductions_streamed_outputs_and_spill_into_output():
     for got, want in zip(g(x), (F.softmax(x, -1), x.amax(-1))):
         torch.testing.assert_close(got, want, equal_nan=True)
     assert "row0 = buf" in g.source or "float* row0" in g.source
+
+
+def test_kernel_groups_keep_small_intermediates_on_their_stack():
+    x = torch.randn(1024, 1024)
+    g = compile_fn(lambda x: x.sum(), x)
+    assert_close(g(x), x.sum())
+    # split sum: partial sums and their total are two kernels, one exported call
+    (group,) = g.groups
+    assert len(group.kernels) == 2 and len(group.local) == 1 and group.stored == [group.args[0]]
+    assert g.pycode.count("data_ptr(), nt)") == 1 and g.pycode.count("_empty(") == 1
+
+    w = torch.randn(64, 32)
+    y = torch.randn(128, 64)
+
+    def f(y, w):
+        h = y.relu() * 2  # read by the matmul: must stay a wrapper-allocated buffer
+        return torch.mm(h, w).tanh().sum(-1) + y.sum()
+
+    g = compile_fn(f, y, w)
+    assert_close(g(y, w), f(y, w))
+    (mm,) = [s for s in g.steps if not hasattr(s, "stages")]
+    first, second = g.groups  # the matmul separates two groups
+    assert first.stored == [mm.reads[0]] and not first.local
+    assert len(second.kernels) == 2 and len(second.local) == 1  # y.sum()'s partial sums
+    assert mm.names[0] in second.args
+
+
+def test_large_softmax_prefetches_the_next_row_during_the_compute_passes():
+    x = torch.randn(2048, 4096)
+    g = compile_fn(lambda x: F.softmax(x, -1), x)
+    assert_close(g(x), F.softmax(x, -1))
+    assert "__builtin_prefetch(in1 + (4096 * p0 + 4096) + rb + 0);" in g.source
+    assert "if (p0 + 1 < 2048)" in g.source

@@ -1,8 +1,8 @@
 """What the "cpp" and "triton" backends share: eager fallbacks, gradients through aot_autograd.
 
 Graphs that need gradients go through aot_autograd, with forward and backward both compiled by the
-code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation, ops
-whose lowering is not verified, an internal error) runs eagerly instead; results are never
+code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation, an
+internal error) runs eagerly instead; results are never
 approximated by dropping work.
 """
 from __future__ import annotations
@@ -17,8 +17,13 @@ from .. import config
 
 log = logging.getLogger(__name__)
 
-# Ops whose lowering is not verified yet: graphs holding them run eagerly.
-_EAGER_ONLY = {torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu}
+# Their decompositions call mkldnn's RNN kernel in inference mode, which returns no workspace,
+# yet the backward graph aot_autograd derives from them reads it: with gradients they run eagerly.
+_RECURRENT = {torch.lstm, torch.gru, torch.rnn_tanh, torch.rnn_relu}
+
+
+def has_recurrent_ops(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_function" and n.target in _RECURRENT for n in gm.graph.nodes)
 
 
 def static_tensors(example_inputs: Sequence) -> bool:
@@ -32,10 +37,6 @@ def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
     if not torch.is_grad_enabled():
         return False
     return any(t.requires_grad for t in inputs) or any(p.requires_grad for p in gm.parameters())
-
-
-def has_eager_only_ops(gm: torch.fx.GraphModule) -> bool:
-    return any(n.op == "call_function" and n.target in _EAGER_ONLY for n in gm.graph.nodes)
 
 
 class CodegenBackend:
@@ -76,19 +77,25 @@ class CodegenBackend:
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-        if not static_tensors(example_inputs) or has_eager_only_ops(gm):
+        if not static_tensors(example_inputs):
             return gm.forward
         if needs_grad(gm, example_inputs):
+            if has_recurrent_ops(gm):
+                return gm.forward
             return self.compile_autograd(gm, example_inputs)
         compiled = self.compile_inference(gm, example_inputs)
         if compiled == gm.forward:
             return compiled
 
+        params = list(gm.parameters())
+        call = getattr(compiled, "run", compiled)  # skip a frame where the graph has a plain function
+
         def run(*args):
             # Compiled without autograd: if the caller now wants gradients, keep them correct.
-            if needs_grad(gm, args):
+            if torch.is_grad_enabled() and (any(t.requires_grad for t in args)
+                                            or any(p.requires_grad for p in params)):
                 return gm.forward(*args)
-            return compiled(*args)
+            return call(*args)
 
         run.compiled = compiled  # type: ignore[attr-defined]
         return run

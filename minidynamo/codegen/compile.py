@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import torch
 import torch.fx
@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .build import load_library
 from .cpp import emit_source
 from .lowering import GraphLowering, Unsupported
-from .scheduler import Kernel, Scheduler
+from .scheduler import Scheduler
 from .wrapper import CompiledGraph, CppGraph
 
 aten = torch.ops.aten
@@ -38,15 +38,37 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
     with unset_fake_temporarily():
         inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
                   for t in example_inputs]
+    traced = _functional_trace(gm, inputs)
+    if _mutating_op(traced) is not None:
+        # Decompositions run below functionalization, so an in-place op inside one (GRU's
+        # decomposition adds in place) survives; decomposing first and then functionalising
+        # the decomposed graph removes those, leaving only genuine input mutations.
+        traced = _functional_trace(_decomposed_trace(gm, inputs), inputs)
+    target = _mutating_op(traced)
+    if target is not None:
+        raise Unsupported(f"graph mutates its inputs ({target})")
+    return traced, inputs
+
+
+def _functional_trace(fn, inputs) -> torch.fx.GraphModule:
     with torch.no_grad():
-        traced = make_fx(torch.func.functionalize(gm, remove="mutations"),
-                         decomposition_table=decompositions(), tracing_mode="fake",
-                         _allow_non_fake_inputs=True)(*inputs)
-    for node in traced.graph.nodes:
+        return make_fx(torch.func.functionalize(fn, remove="mutations"),
+                       decomposition_table=decompositions(), tracing_mode="fake",
+                       _allow_non_fake_inputs=True)(*inputs)
+
+
+def _decomposed_trace(fn, inputs) -> torch.fx.GraphModule:
+    with torch.no_grad():
+        return make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake",
+                       _allow_non_fake_inputs=True)(*inputs)
+
+
+def _mutating_op(gm: torch.fx.GraphModule):
+    for node in gm.graph.nodes:
         target = node.target
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
-            raise Unsupported(f"graph mutates its inputs ({target})")
-    return traced, inputs
+            return target
+    return None
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> CompiledGraph:
@@ -55,7 +77,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     lowering.run()
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     steps = Scheduler(lowering.nodes, keep).run()
-    kernels: List[Kernel] = [s for s in steps if isinstance(s, Kernel)]
-    source, emitted = emit_source(kernels, lowering.buffers)
-    lib = load_library(source) if kernels else None
-    return CppGraph(lowering, steps, lib, emitted, source, gm.forward)
+    source, emitted, groups = emit_source(steps, lowering.buffers, keep)
+    lib = load_library(source) if emitted else None
+    return CppGraph(lowering, steps, lib, emitted, groups, source, gm.forward)

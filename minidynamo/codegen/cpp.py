@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
-from .ir import Buffer, Const, Expr, Index, IndexValue, Load, Op, ReductionNode, UNARY_MATH
-from .scheduler import Kernel, KNode, Stage, classify
+from .ir import Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, UNARY_MATH
+from .scheduler import Kernel, KNode, Stage, Step, classify
 
 CTYPES = {
     torch.float32: "float", torch.float64: "double", torch.int8: "int8_t", torch.uint8: "uint8_t",
@@ -170,8 +170,8 @@ _FLOAT_INLINE = {"exp": "md_expf({0})", "tanh": "md_tanhf({0})",
 _PARALLEL_MIN_WORK = 32768
 _EXPENSIVE = frozenset(UNARY_MATH) - {"floor", "ceil", "trunc", "round", "frac", "reciprocal"} | {"pow", "atan2"}
 _FLOAT_SUM_MAX = 4096
-_SPILL_MAX = 16384
-_STREAM_MIN_BYTES = 32 << 20  # outputs this large go to memory: non-temporal stores  # elements of a row array (64 KiB of float32), kept on the thread's stack
+_SPILL_MAX = 16384  # elements of a row array (64 KiB of float32), kept on the thread's stack
+_STREAM_MIN_BYTES = 32 << 20  # outputs this large go to memory: non-temporal stores
 
 
 def literal(value, dtype: torch.dtype) -> str:
@@ -225,15 +225,16 @@ class KernelEmitter:
         self.stream: Dict[str, str] = {}
         self.prefetch: Dict[str, str] = {}
         self.stream_lines: Dict[str, str] = {}  # streaming store line -> the plain store line
+        # An output too large for the cache is streamed; a smaller one may hold a spilled row
+        # (see _spill_target), which the kernel then re-reads from the cache.
+        self.stream = self._plan_stream(_STREAM_MIN_BYTES)
         self.spills = self._plan_spills()
-        # A row the kernel re-reads (a spill target) is better cached than streamed.
         rows = {b: off for b, off in self._plan_stream().items()
                 if not any(t.startswith(b + " ") for t in self.spill_into.values())}
-        self.stream = {b: off for b, off in self._plan_stream(_STREAM_MIN_BYTES).items()
-                       if b in rows}
         # Output rows the last (store-only) pass writes: prefetched for writing during the first,
         # load-bound, pass so the stores do not stall on cache misses with nothing to overlap.
         self.prefetch = {b: off for b, off in rows.items() if b not in self.stream}
+        self.next_row = self._next_row_loads()
         self.flat = ""  # flat inner-loop position of the current stage
         self.blocked: Dict[str, List[str]] = {}  # reductions with per-lane accumulator arrays
 
@@ -306,7 +307,7 @@ class KernelEmitter:
                     or self.buffers[kn.name].dtype != e.dtype:
                 continue
             inner = {n: c for n, c in kn.store.terms if n.startswith("r")}
-            if inner != flat:
+            if inner != flat or kn.name in self.stream:
                 continue
             outer = Index(tuple((n, c) for n, c in kn.store.terms if not n.startswith("r")),
                           kn.store.const)
@@ -314,6 +315,25 @@ class KernelEmitter:
             if target not in used:
                 return target
         return None
+
+    def _next_row_loads(self) -> List[Tuple[str, int]]:
+        """Row starts (`buffer + offset`, elements per cache line) of what the first pass of the next outer iteration reads
+        contiguously. Later passes work on the cached row and are compute-bound; prefetching the
+        next row there overlaps its memory traffic with that compute."""
+        if len(self.k.outer) != 1 or len(self.k.stages) < 2 or self.k.stages[0].inner is None \
+                or len(self.k.stages[0].inner) != 1:
+            return []
+        starts = set()
+        for kn in self.k.stages[0].nodes:
+            for e in kn.body.walk():
+                if not isinstance(e, Load) or e.buffer not in self.buffers:
+                    continue
+                c = e.index.coeffs()
+                if c.pop("r0", 0) != 1 or set(c) != {"p0"}:
+                    continue
+                start = f"{e.buffer} + ({index_code(Index.make(c, e.index.const))} + {c['p0']})"
+                starts.add((start, 64 // self.buffers[e.buffer].dtype.itemsize))
+        return sorted(starts)
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -432,7 +452,7 @@ class KernelEmitter:
             qual = "" if a in k.stored else "const "
             params.append(f"{qual}{CTYPES[self.buffers[a].dtype]}* __restrict__ {a}")
         params.append("int nthreads")
-        src = f'extern "C" void {k.name}({", ".join(params)}) {{\n'
+        src = f'static void {k.name}({", ".join(params)}) {{\n'
         src += "\n".join("  " + line for line in body) + "\n}\n"
         return EmittedKernel(k.name, src, args)
 
@@ -502,6 +522,13 @@ class KernelEmitter:
                 for b, off in sorted(self.prefetch.items()):
                     for i in range(0, lanes, 16):
                         lines.append(f"{pad}__builtin_prefetch({b} + ({off}) + rb + {i}, 1);")
+            if self.stage_index > 0 and len(stage.inner) == 1 and self.next_row \
+                    and self.k.stages[0].inner == stage.inner:
+                lines.append(f"{pad}if (p0 + 1 < {self.k.outer[0]}) {{")
+                for start, line in self.next_row:
+                    for i in range(0, lanes, line):
+                        lines.append(f"{pad}  __builtin_prefetch({start} + rb + {i});")
+                lines.append(f"{pad}}}")
             lines += _nest([("#pragma omp simd", f"for (int64_t rj = 0; rj < {lanes}; rj++) {{")],
                            self.loop.lines)
             lines = lines[:len(loops)] + [pad + ln if not ln.startswith(pad) else ln
@@ -707,6 +734,79 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
     return out
 
 
-def emit_source(kernels: List[Kernel], buffers: Dict[str, Buffer]) -> Tuple[str, List[EmittedKernel]]:
-    emitted = [KernelEmitter(k, buffers).emit() for k in kernels]
-    return PRELUDE + "\n" + "\n".join(e.source for e in emitted), emitted
+_GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
+
+
+@dataclass
+class KernelGroup:
+    """A run of consecutive kernels called through one exported function. Intermediates that no
+    other step reads and that are small live on its stack, so the wrapper neither allocates them
+    nor makes a call per kernel."""
+
+    name: str
+    kernels: List[str]
+    args: List[str]  # buffers the wrapper passes, in parameter order (nthreads follows)
+    stored: List[str]  # the args the group writes: the wrapper allocates them
+    local: List[str]
+
+
+def _span_bytes(buf: Buffer) -> int:
+    span = 1 + sum((s - 1) * st for s, st in zip(buf.size, buf.stride) if s > 0)
+    return span * buf.dtype.itemsize
+
+
+def group_kernels(steps: Sequence[Step], emitted: Dict[str, EmittedKernel],
+                  buffers: Dict[str, Buffer], keep: Set[str]) -> List[KernelGroup]:
+    runs: List[List[Kernel]] = []
+    after_kernel = False
+    for step in steps:
+        if isinstance(step, Kernel):
+            if after_kernel:
+                runs[-1].append(step)
+            else:
+                runs.append([step])
+        after_kernel = isinstance(step, Kernel)
+    readers: Dict[str, Set[int]] = {b: {-1} for b in keep}  # -1: an extern call or the caller
+    for step in steps:
+        if isinstance(step, ExternNode):
+            for b in step.reads:
+                readers.setdefault(b, set()).add(-1)
+    for i, run in enumerate(runs):
+        for k in run:
+            for b in emitted[k.name].args:
+                readers.setdefault(b, set()).add(i)
+    groups = []
+    for i, run in enumerate(runs):
+        stored = set().union(*(k.stored for k in run))
+        local, room = [], _GROUP_LOCAL_BYTES
+        for b in sorted(stored):
+            nbytes = _span_bytes(buffers[b])
+            if readers.get(b, set()) <= {i} and nbytes <= room:
+                local.append(b)
+                room -= nbytes
+        args = sorted(set().union(*(emitted[k.name].args for k in run)) - set(local))
+        groups.append(KernelGroup(f"group{i}", [k.name for k in run], args,
+                                  [b for b in args if b in stored], local))
+    return groups
+
+
+def _group_source(group: KernelGroup, emitted: Dict[str, EmittedKernel],
+                  buffers: Dict[str, Buffer]) -> str:
+    params = [f"{'' if b in group.stored else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
+              for b in group.args] + ["int nthreads"]
+    lines = [f'extern "C" void {group.name}({", ".join(params)}) {{']
+    for b in group.local:
+        lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
+                     f"{b}[{_span_bytes(buffers[b]) // buffers[b].dtype.itemsize}];")
+    for name in group.kernels:
+        lines.append(f"  {name}({', '.join(emitted[name].args + ['nthreads'])});")
+    return "\n".join(lines) + "\n}\n"
+
+
+def emit_source(steps: Sequence[Step], buffers: Dict[str, Buffer], keep: Set[str]
+                ) -> Tuple[str, List[EmittedKernel], List[KernelGroup]]:
+    emitted = [KernelEmitter(k, buffers).emit() for k in steps if isinstance(k, Kernel)]
+    by_name = {e.name: e for e in emitted}
+    groups = group_kernels(steps, by_name, buffers, keep)
+    parts = [e.source for e in emitted] + [_group_source(g, by_name, buffers) for g in groups]
+    return PRELUDE + "\n" + "\n".join(parts), emitted, groups

@@ -204,10 +204,22 @@ class GraphLowering:
 
     def extern(self, node: torch.fx.Node, args, kwargs) -> Any:
         reads: List[str] = []
+        # ATen kernels may assume the layout eager hands them without checking it (mkldnn's RNN
+        # reads a permuted input as if contiguous), so each tensor argument gets the traced
+        # strides whenever those are dense.
+        layouts = {}
+        for n in node.all_input_nodes:
+            v, meta = self.env.get(n), n.meta.get("val")
+            if isinstance(v, Value) and isinstance(meta, torch.Tensor) \
+                    and is_dense(v.size, meta.stride()):
+                layouts[id(v)] = tuple(meta.stride())
 
         def to_ref(a):
             if isinstance(a, Value):
-                s = self.realize(a)
+                want = layouts.get(id(a))
+                s = self.realize(a, want)
+                if want is not None and any(x != y and n != 1 for x, y, n in zip(s.stride, want, s.size)):
+                    s = self.realize(Lazy(s.size, s.dtype, s.load), want)
                 reads.append(s.buffer)
                 return ExternArg(s.buffer, s.size, s.stride, s.offset)
             return a

@@ -137,7 +137,7 @@ class TritonGraph(CompiledGraph):
         self.module = module
         self.emitted = emitted
         self.store = TuneStore(module.cache_key) if module is not None else None
-        super().__init__(lowering, steps, None, emitted, source, fallback)
+        super().__init__(lowering, steps, emitted, source, fallback)
 
     def _kernel_call(self, kernel: Kernel, em: TritonKernel):
         launcher = Launcher(getattr(self.module, em.name), em, self.store, self.device)

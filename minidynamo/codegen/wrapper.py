@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
-from .cpp import EmittedKernel
+from .cpp import EmittedKernel, KernelGroup
 from .ir import Buffer, ExternNode
 from .lowering import ExternArg, GraphLowering, OutputSpec, is_dense
 from .scheduler import Kernel, Step
@@ -35,8 +35,11 @@ def _relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
 
 
 class CompiledGraph:
-    def __init__(self, lowering: GraphLowering, steps: List[Step], lib: ctypes.CDLL,
-                 emitted: Sequence[EmittedKernel], source: str, fallback: Callable):
+    """Runs a graph's steps in order over an environment of buffers; subclasses say how a kernel
+    is called (`_kernel_call`)."""
+
+    def __init__(self, lowering: GraphLowering, steps: List[Step], emitted: Sequence[Any],
+                 source: str, fallback: Callable):
         self.source = source
         self.fallback = fallback  # for inputs laid out in a way the kernels cannot take
         self.steps = steps
@@ -45,9 +48,7 @@ class CompiledGraph:
         self.constants = dict(lowering.constants)
         self.outputs: List[OutputSpec] = lowering.outputs
         self.out_spec = lowering.out_spec
-        self._lib = lib  # keeps the library loaded as long as this graph lives
         by_name = {e.name: e for e in emitted}
-        self._kernel_args = {e.name: list(e.args) for e in emitted}
         self._plan: List[Callable[[Dict[str, Any], int], None]] = []
         for step in steps:
             if isinstance(step, Kernel):
@@ -59,18 +60,8 @@ class CompiledGraph:
     def kernels(self) -> List[Kernel]:
         return [s for s in self.steps if isinstance(s, Kernel)]
 
-    def _kernel_call(self, kernel: Kernel, em: EmittedKernel):
-        fn = getattr(self._lib, em.name)
-        fn.argtypes = [ctypes.c_void_p] * len(em.args) + [ctypes.c_int]
-        fn.restype = None
-        allocs = [self.buffers[b] for b in sorted(kernel.stored)]
-        args = tuple(em.args)
-
-        def call(env: Dict[str, Any], nthreads: int) -> None:
-            for b in allocs:
-                env[b.name] = torch.empty_strided(b.size, b.stride, dtype=b.dtype)
-            fn(*[env[a].data_ptr() for a in args], nthreads)
-        return call
+    def _kernel_call(self, kernel: Kernel, em: Any) -> Callable[[Dict[str, Any], int], None]:
+        raise NotImplementedError
 
     def _extern_call(self, node: ExternNode):
         outs = [self.buffers[n] if n is not None else None for n in node.names]
@@ -88,7 +79,8 @@ class CompiledGraph:
             result = node.fn(*args, **kwargs)
             results = result if isinstance(result, (tuple, list)) else (result,)
             for buf, r in zip(outs, results):
-                if buf is not None:
+                # an extern op may return None for an output the graph never reads (lstm's reserve)
+                if buf is not None and r is not None:
                     r = _relayout(r, buf)
                     if r is None:
                         raise RuntimeError(f"{node.fn} returned an unexpected layout")
@@ -204,13 +196,20 @@ def _spec_code(spec, leaves: List[str]) -> Optional[str]:
 
 
 class CppGraph(CompiledGraph):
-    """CompiledGraph whose call is one generated straight-line Python function: locals instead of
-    an environment dict, prebound ctypes functions, layouts decided at compile time; only a
-    stride comparison per input stays on the per-call path."""
+    """A compiled graph whose call is one generated straight-line Python function: locals instead
+    of an environment dict, one prebound ctypes call per kernel group, layouts decided at compile
+    time; only a stride comparison per input stays on the per-call path."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.pycode, self._run = self._generate()
+    def __init__(self, lowering: GraphLowering, steps: List[Step], lib: Optional[ctypes.CDLL],
+                 emitted: Sequence[EmittedKernel], groups: Sequence[KernelGroup], source: str,
+                 fallback: Callable):
+        self._lib = lib  # keeps the library loaded as long as this graph lives
+        self.groups = list(groups)
+        super().__init__(lowering, steps, emitted, source, fallback)
+        self.pycode, self.run = self._generate()
+
+    def _kernel_call(self, kernel: Kernel, em: EmittedKernel):
+        return None  # kernels run inside their group's call, from the generated function
 
     def _generate(self):
         g: Dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
@@ -251,14 +250,17 @@ class CppGraph(CompiledGraph):
             exact[cname] = False
         if any(isinstance(s, Kernel) for s in self.steps):
             lines.append("    nt = _nthreads()")
+        group_of = {k: grp for grp in self.groups for k in grp.kernels}
         for step in self.steps:
             if isinstance(step, Kernel):
-                fn = getattr(self._lib, step.name)
-                em_args = self._kernel_args[step.name]
-                fn.argtypes = [ctypes.c_void_p] * len(em_args) + [ctypes.c_int]
+                group = group_of[step.name]
+                if step.name != group.kernels[0]:
+                    continue
+                fn = getattr(self._lib, group.name)
+                fn.argtypes = [ctypes.c_void_p] * len(group.args) + [ctypes.c_int]
                 fn.restype = None
-                g[f"_{step.name}"] = fn
-                for bname in sorted(step.stored):
+                g[f"_{group.name}"] = fn
+                for bname in group.stored:
                     buf = self.buffers[bname]
                     nbytes = buf.dtype.itemsize * max(1, _numel(buf.size))
                     if nbytes >= _POOL_MIN_BYTES:
@@ -268,10 +270,13 @@ class CppGraph(CompiledGraph):
                         lines.append(f"    {v(bname)} = _empty({tuple(buf.size)!r}, "
                                      f"{tuple(buf.stride)!r}, dtype={const(buf.dtype)})")
                     exact[bname] = True
-                ptrs = "".join(f"{v(a)}.data_ptr(), " for a in em_args)
-                lines.append(f"    _{step.name}({ptrs}nt)")
+                ptrs = "".join(f"{v(a)}.data_ptr(), " for a in group.args)
+                lines.append(f"    _{group.name}({ptrs}nt)")
             else:
                 lines += self._extern_lines(step, v, const, exact)
+        # an extern op may return None for an output nothing reads (an RNN's reserve space when
+        # not training); aot_autograd may still list it among the saved values: passed on as None
+        maybe_none = {n for s in self.steps if isinstance(s, ExternNode) for n in s.names if n}
         leaves = []
         for spec in self.outputs:
             if spec.kind == "constant":
@@ -282,11 +287,12 @@ class CppGraph(CompiledGraph):
             view = f"{t}.as_strided({spec.size!r}, {spec.stride!r}, {t}.storage_offset() + {spec.offset})"
             same = tuple(buf.size) == tuple(spec.size) and tuple(buf.stride) == tuple(spec.stride)
             if same and not spec.offset and exact.get(spec.buffer):
-                leaves.append(t)
+                leaf = t
             elif same and not spec.offset:
-                leaves.append(f"({t} if {t}.stride() == {tuple(spec.stride)!r} else {view})")
+                leaf = f"({t} if {t}.stride() == {tuple(spec.stride)!r} else {view})"
             else:
-                leaves.append(view)
+                leaf = view
+            leaves.append(f"(None if {t} is None else {leaf})" if spec.buffer in maybe_none else leaf)
         code = _spec_code(self.out_spec, leaves)
         if code is None:
             code = f"_unflatten([{', '.join(leaves)}], _spec)"
@@ -339,7 +345,6 @@ class CppGraph(CompiledGraph):
             buf = self.buffers[n]
             item = f"r[{i}]" if len(node.names) > 1 else "r"
             lines.append(f"    {v(n)} = {item}")
-            # an extern op may return None for an output the graph never reads (e.g. lstm's reserve)
             lines.append(f"    if {v(n)} is not None and {v(n)}.stride() != {tuple(buf.stride)!r}: "
                          f"{v(n)} = _fix_result({v(n)}, {const(buf)}, {fn})")
             exact[n] = False
@@ -360,7 +365,7 @@ class CppGraph(CompiledGraph):
         return call
 
     def __call__(self, *args: torch.Tensor) -> Any:
-        return self._run(*args)
+        return self.run(*args)
 
 
 def _numel(size) -> int:
