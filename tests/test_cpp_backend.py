@@ -3,6 +3,7 @@
 To keep g++ invocations few, ops are batched: one graph computes a whole family of ops, is compiled
 once (module-scoped fixture), and each op is then checked by its own parametrized test.
 """
+import copy
 import os
 import subprocess
 import sys
@@ -657,3 +658,78 @@ def test_large_softmax_prefetches_the_next_row_during_the_compute_passes():
     assert_close(g(x), F.softmax(x, -1))
     assert "__builtin_prefetch(in1 + (4096 * p0 + 4096) + rb + 0);" in g.source
     assert "if (p0 + 1 < 2048)" in g.source
+
+
+POOLS = {
+    "2x2": dict(kernel_size=2),
+    "3x3_stride_2": dict(kernel_size=3, stride=2),
+    "2x3_stride_1": dict(kernel_size=(2, 3), stride=1),
+    "dilated": dict(kernel_size=2, stride=1, dilation=2),
+    "ceil_mode_exact": dict(kernel_size=2, ceil_mode=True),
+}
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+def test_max_pool2d_values_and_indices_are_lowered(name):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 10)
+    x[0, 1, 2, 3] = float("nan")
+    x[1, 2, 4:6, 4:6] = 0.5  # ties: the first position in the window wins
+    x[1, 0, 0, 0:2] = float("nan")  # two NaNs in one window: the last one's index, as in eager
+    kw = POOLS[name]
+
+    def f(x):
+        v, i = F.max_pool2d(x.relu() * 2, return_indices=True, **kw)
+        return v + 1, i
+
+    g = compile_fn(f, x)
+    assert not [s for s in g.steps if not hasattr(s, "stages")], "max_pool2d ran as an extern"
+    (v, i), (ev, ei) = g(x), f(x)
+    torch.testing.assert_close(v, ev, equal_nan=True)
+    assert torch.equal(i, ei)
+
+
+def test_max_pool2d_unbatched_and_integer_and_padded():
+    torch.manual_seed(0)
+    x = torch.randint(-50, 50, (3, 9, 9))
+    g = compile_fn(lambda x: F.max_pool2d(x, 3, 2), x)
+    assert torch.equal(g(x), F.max_pool2d(x, 3, 2))
+    y = torch.randn(1, 2, 6, 6)
+    g = compile_fn(lambda y: F.max_pool2d(y, 2, padding=1), y)  # padding: an extern, still right
+    assert [s for s in g.steps if not hasattr(s, "stages")]
+    assert_close(g(y), F.max_pool2d(y, 2, padding=1))
+
+
+def test_batch_norm_lowered_in_eval_and_training():
+    torch.manual_seed(0)
+    x, w, b = torch.randn(3, 4, 5, 5), torch.randn(4), torch.randn(4)
+    mean, var = torch.randn(4), torch.rand(4) + 0.5
+
+    def evaluate(x, mean, var, w, b):
+        return F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)
+
+    def batch_stats(x, w, b):
+        return F.batch_norm(x, None, None, w, b, True, 0.1, 1e-5)
+
+    for fn, args in ((evaluate, (x, mean, var, w, b)), (batch_stats, (x, w, b))):
+        g = compile_fn(fn, *args)
+        assert not [s for s in g.steps if not hasattr(s, "stages")], "batch norm ran as an extern"
+        assert_close(g(*args), fn(*args))
+
+
+def test_cnn_training_step_matches_eager():
+    torch.manual_seed(0)
+    make = lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                 nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 4 * 4, 3))
+    ref = make()
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 3, 8, 8)
+    fn = lookup_backend("cpp")(torch.fx.symbolic_trace(model), [x])
+    assert hasattr(fn, "__call__") and fn is not model.forward
+    ref(x).square().mean().backward()
+    fn(x).square().mean().backward()
+    for p, q in zip(ref.parameters(), model.parameters(), strict=True):
+        assert_close(q.grad, p.grad)
+    assert_close(model[1].running_mean, ref[1].running_mean)
+    assert_close(model[1].running_var, ref[1].running_var)
+    assert int(model[1].num_batches_tracked) == int(ref[1].num_batches_tracked) == 1

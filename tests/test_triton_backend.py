@@ -26,7 +26,7 @@ from minidynamo.codegen.ir import ExternNode  # noqa: E402
 from minidynamo.codegen.scheduler import Kernel  # noqa: E402
 from minidynamo.codegen.triton_wrapper import LaunchConfig, compile_triton_graph  # noqa: E402
 from test_cpp_backend import (  # noqa: E402
-    BINARY, MODULES, REDUCTIONS, UNARY, VIEWS, A, B, BOOL, IA, IB, POS, R, RI, UNIT, V, X,
+    BINARY, MODULES, POOLS, REDUCTIONS, UNARY, VIEWS, A, B, BOOL, IA, IB, POS, R, RI, UNIT, V, X,
     assert_close,
 )
 
@@ -449,3 +449,21 @@ def test_missing_triton_gives_a_clear_error():
     assert proc.returncode == 0, proc.stderr
     assert "ERROR: the 'triton' backend needs the triton package" in proc.stdout
     assert "pip install 'minidynamo[triton]'" in proc.stdout
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+def test_max_pool2d_values_and_indices(name):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 10)
+    x[0, 1, 2, 3] = float("nan")
+    x[1, 0, 0, 0:2] = float("nan")
+
+    def f(x):
+        v, i = F.max_pool2d(x.relu() * 2, return_indices=True, **POOLS[name])
+        return v + 1, i
+
+    c = compile_fn(f, x)
+    assert not [s for s in c.steps if isinstance(s, ExternNode)]
+    (v, i), (ev, ei) = c(x), f(x)
+    torch.testing.assert_close(v, ev, equal_nan=True)
+    assert torch.equal(i, ei)

@@ -22,13 +22,14 @@ aten = torch.ops.aten
 @functools.lru_cache(maxsize=None)
 def decompositions() -> Dict:
     """Core ATen, plus composite ops we prefer as their parts so they fuse with their neighbours
-    (softmax, layer_norm, gelu, variance) and linear layers whose bias becomes an epilogue."""
+    (softmax, layer_norm, batch_norm, gelu, variance) and linear layers whose bias becomes an epilogue."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([
         aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.mean, aten.var,
         aten.var_mean, aten.std, aten.std_mean, aten.addmm, aten.hardtanh, aten.leaky_relu,
         aten.elu, aten.softplus, aten.logsumexp, aten.silu, aten.hardsigmoid, aten.hardswish,
-        aten.mish, aten.addcmul, aten.addcdiv, aten.lerp,
+        aten.mish, aten.addcmul, aten.addcdiv, aten.lerp, aten.native_batch_norm,
+        aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit_functional,
     ]))
     return table
 

@@ -150,7 +150,7 @@ static inline float md_tanhf(float x) {
 
 _BINARY_INFIX = {
     "add": "+", "sub": "-", "mul": "*", "truediv": "/", "truncdiv": "/", "eq": "==", "ne": "!=",
-    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||", "xor": "!=",
+    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "&", "or": "|", "xor": "!=",
     "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>",
 }
 _HELPERS = {"maximum": "md_max", "minimum": "md_min", "floordiv": "md_floordiv",

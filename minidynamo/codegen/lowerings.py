@@ -563,3 +563,54 @@ def _var(L, node, x, dims, correction=0, *, output_dtype=None):
 
 def _keep_index(idx: Tuple[Index, ...], keep: Value) -> Tuple[Index, ...]:
     return tuple(Index() if s == 1 else i for i, s in zip(idx, keep.size))
+
+
+# -- pooling ------------------------------------------------------------------------------------
+
+def _pair(v) -> Tuple[int, int]:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return (v[0], v[-1]) if v else (0, 0)
+
+
+@register(aten.max_pool2d_with_indices)
+def _max_pool2d(L, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Each output is the max over its window, unrolled: loads at affine positions, no reduction
+    loop. As in eager's kernel a larger value or a NaN takes the lead: for values that is
+    `maximum` (NaN-propagating); indices keep the position (flat in the input plane). The input
+    is read from memory: gcc (12) vectorises selects over strided loads of a buffer but not over
+    strided loads feeding arithmetic, so fusing the producer (batch norm, relu) here made the
+    loop scalar and 30x slower."""
+    kh, kw = _pair(kernel_size)
+    sh, sw = _pair(stride) if stride else (kh, kw)
+    dh, dw = _pair(dilation)
+    size = tuple(meta(node)[0].shape)
+    height, width = x.size[-2:]
+    if _pair(padding) != (0, 0) or kh * kw > 16 \
+            or (size[-2] - 1) * sh + (kh - 1) * dh >= height \
+            or (size[-1] - 1) * sw + (kw - 1) * dw >= width:
+        raise Unsupported("max_pool2d with padding, a large window or ceil_mode windows")
+    floating = is_float(x.dtype)
+    x = L.realize(x)
+    # Positions are chosen among in float32 where that is exact: gcc vectorises selects of
+    # floats over these strided loads, not selects of integers.
+    at_dtype = torch.float32 if height * width <= 1 << 24 else torch.int64
+
+    def window(idx):
+        lead, oh, ow = idx[:-2], idx[-2], idx[-1]
+        best = best_at = None
+        for i in range(kh):
+            for j in range(kw):
+                h, w = oh * sh + i * dh, ow * sw + j * dw
+                v, at = x.load(lead + (h, w)), IndexValue(h * width + w, at_dtype)
+                if best is None:
+                    best, best_at = v, at
+                    continue
+                take = op("gt", v, best, dtype=torch.bool)
+                if floating:
+                    take = op("or", take, op("isnan", v, dtype=torch.bool))
+                best_at = op("where", take, at, best_at, dtype=at_dtype)
+                best = op("maximum", v, best)
+        return best, cast(best_at, torch.int64)
+
+    return (Lazy(size, x.dtype, lambda idx: window(idx)[0]),
+            Lazy(size, torch.int64, lambda idx: window(idx)[1]))
