@@ -351,7 +351,7 @@ def _meta_view(x: Strided, node: torch.fx.Node, args, kwargs) -> Optional[Stride
     t = base.as_strided(x.size, x.stride, x.offset)
     try:
         r = node.target(t, *args, **kwargs)
-    except RuntimeError:
+    except (RuntimeError, ValueError):  # the meta kernels raise either when no view exists
         return None
     return Strided(tuple(r.shape), x.dtype, x.buffer, tuple(r.stride()), r.storage_offset())
 
