@@ -34,6 +34,16 @@ def _relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
     return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
 
 
+def _materialize(env: Dict[str, Any], a: Any) -> Any:
+    """An extern call's argument: the tensor (view) an ExternArg stands for, anything else as is."""
+    if not isinstance(a, ExternArg):
+        return a
+    t = env[a.buffer]
+    if tuple(t.shape) == a.size and t.stride() == a.stride and a.offset == 0:
+        return t
+    return t.as_strided(a.size, a.stride, t.storage_offset() + a.offset)
+
+
 class CompiledGraph:
     """Runs a graph's steps in order over an environment of buffers; subclasses say how a kernel
     is called (`_kernel_call`)."""
@@ -66,16 +76,8 @@ class CompiledGraph:
     def _extern_call(self, node: ExternNode):
         outs = [self.buffers[n] if n is not None else None for n in node.names]
 
-        def materialize(env, a):
-            if not isinstance(a, ExternArg):
-                return a
-            t = env[a.buffer]
-            if tuple(t.shape) == a.size and t.stride() == a.stride and a.offset == 0:
-                return t
-            return t.as_strided(a.size, a.stride, t.storage_offset() + a.offset)
-
         def call(env: Dict[str, Any], nthreads: int) -> None:
-            args, kwargs = tree_map(lambda a: materialize(env, a), (node.args, node.kwargs))
+            args, kwargs = tree_map(lambda a: _materialize(env, a), (node.args, node.kwargs))
             result = node.fn(*args, **kwargs)
             results = result if isinstance(result, (tuple, list)) else (result,)
             for buf, r in zip(outs, results):
@@ -351,16 +353,8 @@ class CppGraph(CompiledGraph):
         return lines
 
     def _generic_extern(self, node: ExternNode):
-        def materialize(env, a):
-            if not isinstance(a, ExternArg):
-                return a
-            t = env[a.buffer]
-            if tuple(t.shape) == a.size and t.stride() == a.stride and a.offset == 0:
-                return t
-            return t.as_strided(a.size, a.stride, t.storage_offset() + a.offset)
-
         def call(env):
-            args, kwargs = tree_map(lambda a: materialize(env, a), (node.args, node.kwargs))
+            args, kwargs = tree_map(lambda a: _materialize(env, a), (node.args, node.kwargs))
             return node.fn(*args, **kwargs)
         return call
 
