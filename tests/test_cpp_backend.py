@@ -588,7 +588,7 @@ def test_large_softmax_prefetches_the_next_row_during_the_compute_passes():
     x = torch.randn(2048, 4096)
     g = compile_fn(lambda x: F.softmax(x, -1), x)
     assert_close(g(x), F.softmax(x, -1))
-    assert "__builtin_prefetch(in1 + (4096 * p0 + 4096) + rb + 0);" in g.source
+    assert "__builtin_prefetch(in1 + (4096 * p0 + 4096) + rb + 0, 0);" in g.source
     assert "if (p0 + 1 < 2048)" in g.source
 
 
@@ -685,3 +685,11 @@ def test_view_of_a_folded_copy_that_cannot_be_a_view_is_materialised(monkeypatch
     f(x).square().sum().backward()
     assert_close(out.detach(), f(x).detach())
     assert_close(grad, x.grad)
+
+
+def test_softmax_prefetches_the_next_output_row_it_spills_into():
+    x = torch.randn(512, 1024)
+    g = compile_fn(lambda x: F.softmax(x, -1), x)
+    assert_close(g(x), F.softmax(x, -1))
+    assert "float* row0 = buf" in g.source
+    assert "__builtin_prefetch(buf4 + (1024 * p0 + 1024) + rb + 0, 1);" in g.source

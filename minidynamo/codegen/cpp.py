@@ -255,6 +255,7 @@ class KernelEmitter:
                 stages_of.setdefault(e, []).append(i)
         spills = {}
         self.spill_into: Dict[str, str] = {}
+        self.spill_rows: List[Tuple[str, Index]] = []  # (buffer, row offset) of each spill target
         for e, stages in stages_of.items():
             first = stages[0]
             later = {s for s in stages[1:] if self.k.stages[s].inner == self.k.stages[first].inner}
@@ -263,7 +264,9 @@ class KernelEmitter:
                 spills[e] = (name, first, later)
                 target = self._spill_target(e, later)
                 if target is not None:
-                    self.spill_into[name] = target
+                    buf, outer = target
+                    self.spill_into[name] = f"{buf} + ({index_code(outer)})"
+                    self.spill_rows.append((buf, outer))
         return spills
 
     def _plan_stream(self, min_bytes: int = 0) -> Dict[str, str]:
@@ -290,11 +293,11 @@ class KernelEmitter:
             out[kn.name] = index_code(outer)
         return out
 
-    def _spill_target(self, e: Expr, later: set) -> Optional[str]:
+    def _spill_target(self, e: Expr, later: set) -> Optional[Tuple[str, Index]]:
         """Where the spilled row can live instead of a stack array: the kernel's output row that
         the (single) later stage stores element by element at the same positions (softmax writes
         exp(x - max) there, then scales it in place). Its stores then overlap the exp pass's
-        compute instead of stalling a store-only pass; returns `buffer + row offset`."""
+        compute instead of stalling a store-only pass; returns (buffer, row offset)."""
         if len(later) != 1:
             return None
         stage = self.k.stages[next(iter(later))]
@@ -311,15 +314,15 @@ class KernelEmitter:
                 continue
             outer = Index(tuple((n, c) for n, c in kn.store.terms if not n.startswith("r")),
                           kn.store.const)
-            target = f"{kn.name} + ({index_code(outer)})"
-            if target not in used:
-                return target
+            if f"{kn.name} + ({index_code(outer)})" not in used:
+                return kn.name, outer
         return None
 
-    def _next_row_loads(self) -> List[Tuple[str, int]]:
-        """Row starts (`buffer + offset`, elements per cache line) of what the first pass of the next outer iteration reads
-        contiguously. Later passes work on the cached row and are compute-bound; prefetching the
-        next row there overlaps its memory traffic with that compute."""
+    def _next_row_loads(self) -> List[Tuple[str, int, int]]:
+        """What the next outer iteration touches first, row by row: the first pass's contiguous
+        reads and the spilled rows it writes, as (`buffer + offset`, elements per cache line,
+        1 if written). Later passes work on the cached row and are compute-bound; prefetching
+        the next row there overlaps its memory traffic with that compute."""
         if len(self.k.outer) != 1 or len(self.k.stages) < 2 or self.k.stages[0].inner is None \
                 or len(self.k.stages[0].inner) != 1:
             return []
@@ -332,7 +335,12 @@ class KernelEmitter:
                 if c.pop("r0", 0) != 1 or set(c) != {"p0"}:
                     continue
                 start = f"{e.buffer} + ({index_code(Index.make(c, e.index.const))} + {c['p0']})"
-                starts.add((start, 64 // self.buffers[e.buffer].dtype.itemsize))
+                starts.add((start, 64 // self.buffers[e.buffer].dtype.itemsize, 0))
+        for buf, outer in self.spill_rows:
+            c = outer.coeffs()
+            if set(c) == {"p0"}:
+                starts.add((f"{buf} + ({index_code(outer)} + {c['p0']})",
+                            64 // self.buffers[buf].dtype.itemsize, 1))
         return sorted(starts)
 
     # -- expressions -------------------------------------------------------------------------
@@ -525,9 +533,9 @@ class KernelEmitter:
             if self.stage_index > 0 and len(stage.inner) == 1 and self.next_row \
                     and self.k.stages[0].inner == stage.inner:
                 lines.append(f"{pad}if (p0 + 1 < {self.k.outer[0]}) {{")
-                for start, line in self.next_row:
+                for start, line, write in self.next_row:
                     for i in range(0, lanes, line):
-                        lines.append(f"{pad}  __builtin_prefetch({start} + rb + {i});")
+                        lines.append(f"{pad}  __builtin_prefetch({start} + rb + {i}, {write});")
                 lines.append(f"{pad}}}")
             lines += _nest([("#pragma omp simd", f"for (int64_t rj = 0; rj < {lanes}; rj++) {{")],
                            self.loop.lines)
