@@ -58,17 +58,16 @@ class CompiledGraph:
         self.constants = dict(lowering.constants)
         self.outputs: List[OutputSpec] = lowering.outputs
         self.out_spec = lowering.out_spec
-        by_name = {e.name: e for e in emitted}
-        self._plan: List[Callable[[Dict[str, Any], int], None]] = []
-        for step in steps:
-            if isinstance(step, Kernel):
-                self._plan.append(self._kernel_call(step, by_name[step.name]))
-            else:
-                self._plan.append(self._extern_call(step))
+        self._plan = self._build_plan(emitted)
 
     @property
     def kernels(self) -> List[Kernel]:
         return [s for s in self.steps if isinstance(s, Kernel)]
+
+    def _build_plan(self, emitted: Sequence[Any]) -> List[Callable[[Dict[str, Any], int], None]]:
+        by_name = {e.name: e for e in emitted}
+        return [self._kernel_call(s, by_name[s.name]) if isinstance(s, Kernel) else self._extern_call(s)
+                for s in self.steps]
 
     def _kernel_call(self, kernel: Kernel, em: Any) -> Callable[[Dict[str, Any], int], None]:
         raise NotImplementedError
@@ -210,8 +209,8 @@ class CppGraph(CompiledGraph):
         super().__init__(lowering, steps, emitted, source, fallback)
         self.pycode, self.run = self._generate()
 
-    def _kernel_call(self, kernel: Kernel, em: EmittedKernel):
-        return None  # kernels run inside their group's call, from the generated function
+    def _build_plan(self, emitted: Sequence[Any]) -> list:
+        return []  # the generated function (`run`) replaces the interpreted plan
 
     def _generate(self):
         g: Dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
