@@ -693,3 +693,31 @@ def test_softmax_prefetches_the_next_output_row_it_spills_into():
     assert_close(g(x), F.softmax(x, -1))
     assert "float* row0 = buf" in g.source
     assert "__builtin_prefetch(buf4 + (1024 * p0 + 1024) + rb + 0, 1);" in g.source
+
+
+def test_inline_tanh_and_exp_keep_special_values():
+    x = torch.tensor([-0.0, 0.0, float("nan"), float("inf"), -float("inf"), 1e-3, -20.0, 0.7,
+                      44.5, -88.0, 88.5, -104.5, 0.62, -0.63])
+    g = compile_fn(lambda x: (torch.tanh(x), torch.exp(x)), x)
+    for got, want in zip(g(x), (torch.tanh(x), torch.exp(x))):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=2e-7, atol=0)
+        assert torch.equal(got.signbit(), want.signbit())
+
+
+def test_large_flat_pointwise_loops_prefetch_their_inputs():
+    x = torch.randn(1 << 20)
+    gelu = lambda x: 0.5 * x * (1.0 + torch.tanh(0.79788456 * (x + 0.044715 * x * x * x)))
+    g = compile_fn(gelu, x)
+    assert_close(g(x), gelu(x))
+    assert "__builtin_prefetch(in1 + 0 + pb + 1024);" in g.source
+    # an offset view (slice) prefetches from its offset; a length that is no multiple of 16 and
+    # small inputs keep the plain loop
+    y = torch.randn((1 << 20) + 40)
+    g = compile_fn(lambda y: y[8:8 + (1 << 20)].exp() * 2, y)
+    assert_close(g(y), y[8:8 + (1 << 20)].exp() * 2)
+    assert "__builtin_prefetch(in1 + 8 + pb + 1024);" in g.source
+    for n in ((1 << 20) + 3, 4096):
+        z = torch.randn(n)
+        g = compile_fn(lambda z: z.exp() * 2, z)
+        assert_close(g(z), z.exp() * 2)
+        assert "__builtin_prefetch" not in g.source[g.source.index("void kernel0("):]

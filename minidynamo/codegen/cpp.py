@@ -117,12 +117,10 @@ static inline void md_sfence() {
 // float32 exp and tanh written out so gcc inlines and vectorises them at full vector width
 // (glibc's vector tanhf falls back to scalar calls).
 static inline float md_pow2i(int32_t k) { return __builtin_bit_cast(float, (k + 127) << 23); }
-static inline float md_expf(float x) {
-  // Cephes-style: exp(x) = 2^n * exp(r), |r| <= ln2/2, degree-6 polynomial; about 1 ulp.
-  float xc = x > 88.8f ? 88.8f : x;
-  xc = xc < -104.0f ? -104.0f : xc;
-  float n = mdm::nearbyint(xc * 1.44269504088896341f);
-  float r = xc - n * 0.693359375f;
+static inline float md_exp_reduced(float x, int32_t& k) {
+  // Cephes-style: exp(x) = 2^k * p, p = exp(r), |r| <= ln2/2, degree-6 polynomial; about 1 ulp.
+  float n = mdm::nearbyint(x * 1.44269504088896341f);
+  float r = x - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -130,8 +128,14 @@ static inline float md_expf(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t k = static_cast<int32_t>(n);
+  k = static_cast<int32_t>(n);
+  return p * r * r + r + 1.0f;
+}
+static inline float md_expf(float x) {
+  float xc = x > 88.8f ? 88.8f : x;
+  xc = xc < -104.0f ? -104.0f : xc;
+  int32_t k;
+  float p = md_exp_reduced(xc, k);
   int32_t k1 = k >> 1;
   // Two scalings keep 2^k representable for the full range (denormal results, k = 128).
   return p * md_pow2i(k1) * md_pow2i(k - k1);
@@ -141,10 +145,10 @@ static inline float md_tanhf(float x) {
   float z = x * x;
   float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
                  + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
-  float e = md_expf(2.0f * (ax > 44.f ? 44.f : ax));
-  float big = 1.0f - 2.0f / (e + 1.0f);
-  big = mdm::copysign(big, x);
-  return ax < 0.625f ? small : (x != x ? x : big);
+  // exp(2|x|) with |x| <= 44 needs no clamps and one scaling; a NaN flows through to the result.
+  int32_t k;
+  float e = md_exp_reduced(2.0f * (ax > 44.f ? 44.f : ax), k) * md_pow2i(k);
+  return mdm::copysign(ax < 0.625f ? small : 1.0f - 2.0f / (e + 1.0f), x);
 }
 """
 
@@ -172,6 +176,8 @@ _EXPENSIVE = frozenset(UNARY_MATH) - {"floor", "ceil", "trunc", "round", "frac",
 _FLOAT_SUM_MAX = 4096
 _SPILL_MAX = 16384  # elements of a row array (64 KiB of float32), kept on the thread's stack
 _STREAM_MIN_BYTES = 32 << 20  # outputs this large go to memory: non-temporal stores
+_PREFETCH_MIN_BYTES = 4 << 20  # flat pointwise inputs this large stream from memory
+_PREFETCH_AHEAD_BYTES = 4096
 
 
 def literal(value, dtype: torch.dtype) -> str:
@@ -343,6 +349,35 @@ class KernelEmitter:
                             64 // self.buffers[buf].dtype.itemsize, 1))
         return sorted(starts)
 
+    def _prefetched_loop(self, body: List[str], parallel: bool) -> Optional[List[str]]:
+        """A flat pointwise loop over large inputs in blocks of 16, each prefetching its
+        contiguous inputs a page ahead: left to the hardware prefetcher, a compute-heavy loop
+        (GELU's tanh) stalls on memory it could have been loading meanwhile. None when the
+        loop does not qualify."""
+        size = self.k.outer[0]
+        if size % 16:
+            return None
+        starts = set()
+        for kn in self.k.stages[0].nodes:
+            for e in kn.body.walk():
+                buf = self.buffers.get(e.buffer) if isinstance(e, Load) else None
+                if buf is not None and {n: c for n, c in e.index.terms} == {"p0": 1} \
+                        and _numel(buf.size) * buf.dtype.itemsize >= _PREFETCH_MIN_BYTES:
+                    starts.add((e.buffer, e.index.const, buf.dtype.itemsize))
+        if not starts:
+            return None
+        lines = ["#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
+                 ] if parallel else []
+        lines.append(f"for (int64_t pb = 0; pb < {size}; pb += 16) {{")
+        for name, const, itemsize in sorted(starts):
+            ahead = _PREFETCH_AHEAD_BYTES // itemsize
+            for line in range(0, 16, 64 // itemsize):
+                lines.append(f"  if (pb + {ahead + line} < {size}) "
+                             f"__builtin_prefetch({name} + {const} + pb + {ahead + line});")
+        lines += ["  #pragma omp simd", "  for (int64_t rj = 0; rj < 16; rj++) {",
+                  "    int64_t p0 = pb + rj;"]
+        return lines + ["    " + line for line in body] + ["  }", "}"]
+
     # -- expressions -------------------------------------------------------------------------
 
     def _local(self, ld: Load) -> Optional[Tuple[str, int]]:
@@ -438,7 +473,10 @@ class KernelEmitter:
                 self._loop_stage(stage, parallel and not k.outer)
         body = self.outer.lines
         n = len(k.outer)
-        if n:
+        blocked = self._prefetched_loop(body, parallel) if n == 1 and not has_loops else None
+        if blocked is not None:
+            body = blocked
+        elif n:
             loops = []
             pure = not has_loops
             par_dims = n - 1 if pure and n > 1 else n
