@@ -2,8 +2,7 @@
 
 Graphs that need gradients go through aot_autograd, with forward and backward both compiled by the
 code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation, an
-internal error) runs eagerly instead; results are never
-approximated by dropping work.
+internal error) runs eagerly instead; results are never approximated by dropping work.
 """
 from __future__ import annotations
 

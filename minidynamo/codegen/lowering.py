@@ -218,7 +218,8 @@ class GraphLowering:
             if isinstance(a, Value):
                 want = layouts.get(id(a))
                 s = self.realize(a, want)
-                if want is not None and any(x != y and n != 1 for x, y, n in zip(s.stride, want, s.size)):
+                if want is not None and any(have != need and size != 1 for have, need, size
+                                            in zip(s.stride, want, s.size)):
                     s = self.realize(Lazy(s.size, s.dtype, s.load), want)
                 reads.append(s.buffer)
                 return ExternArg(s.buffer, s.size, s.stride, s.offset)
