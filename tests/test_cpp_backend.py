@@ -721,3 +721,15 @@ def test_large_flat_pointwise_loops_prefetch_their_inputs():
         g = compile_fn(lambda z: z.exp() * 2, z)
         assert_close(g(z), z.exp() * 2)
         assert "__builtin_prefetch" not in g.source[g.source.index("void kernel0("):]
+
+
+def test_long_row_reductions_touch_the_page_after_next():
+    x = torch.randn(256, 16384)
+    g = compile_fn(lambda x: x.sum(), x)
+    assert_close(g(x), x.sum())
+    assert "if (rb % 1024 == 0 && rb + 2048 < 16384) __builtin_prefetch(in1 + (16384 * p0) + rb + 2048);" \
+        in g.source
+    y = torch.randn(64, 1024)  # short rows: nothing to prefetch
+    g = compile_fn(lambda y: y.sum(-1), y)
+    assert_close(g(y), y.sum(-1))
+    assert "__builtin_prefetch" not in g.source[g.source.index("void kernel0("):]

@@ -178,6 +178,7 @@ _SPILL_MAX = 16384  # elements of a row array (64 KiB of float32), kept on the t
 _STREAM_MIN_BYTES = 32 << 20  # outputs this large go to memory: non-temporal stores
 _PREFETCH_MIN_BYTES = 4 << 20  # flat pointwise inputs this large stream from memory
 _PREFETCH_AHEAD_BYTES = 4096
+_PAGE_AHEAD_MIN_ROW_BYTES = 32 << 10
 
 
 def literal(value, dtype: torch.dtype) -> str:
@@ -348,6 +349,29 @@ class KernelEmitter:
                 starts.add((f"{buf} + ({index_code(outer)} + {c['p0']})",
                             64 // self.buffers[buf].dtype.itemsize, 1))
         return sorted(starts)
+
+    def _page_ahead(self, stage: Stage, lanes: int) -> List[str]:
+        """For a blocked reduction over long rows (a split full sum): once per page, touch the
+        page after next of each contiguous input, so its address translation is ready when the
+        loop gets there instead of stalling it (pages are 4 KiB; the hardware prefetcher stops
+        at page boundaries)."""
+        size = stage.inner[0]
+        starts = set()
+        for kn in stage.nodes:
+            for e in kn.body.walk():
+                buf = self.buffers.get(e.buffer) if isinstance(e, Load) else None
+                if buf is None or e.index.coeffs().get("r0") != 1 \
+                        or size * buf.dtype.itemsize < _PAGE_AHEAD_MIN_ROW_BYTES:
+                    continue
+                rest = Index(tuple(t for t in e.index.terms if t[0] != "r0"), e.index.const)
+                starts.add((f"{e.buffer} + ({index_code(rest)})", buf.dtype.itemsize))
+        out = []
+        for start, itemsize in sorted(starts):
+            page, ahead = 4096 // itemsize, 8192 // itemsize
+            if page % lanes == 0:
+                out.append(f"if (rb % {page} == 0 && rb + {ahead} < {size}) "
+                           f"__builtin_prefetch({start} + rb + {ahead});")
+        return out
 
     def _prefetched_loop(self, body: List[str], parallel: bool) -> Optional[List[str]]:
         """A flat pointwise loop over large inputs in blocks of 16, each prefetching its
@@ -568,6 +592,8 @@ class KernelEmitter:
                 for b, off in sorted(self.prefetch.items()):
                     for i in range(0, lanes, 16):
                         lines.append(f"{pad}__builtin_prefetch({b} + ({off}) + rb + {i}, 1);")
+            if len(stage.inner) == 1 and not self.next_row:
+                lines += [pad + ln for ln in self._page_ahead(stage, lanes)]
             if self.stage_index > 0 and len(stage.inner) == 1 and self.next_row \
                     and self.k.stages[0].inner == stage.inner:
                 lines.append(f"{pad}if (p0 + 1 < {self.k.outer[0]}) {{")
