@@ -591,7 +591,7 @@ def _max_pool2d(L, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_
         raise Unsupported("max_pool2d with padding, a large window or ceil_mode windows")
     floating = is_float(x.dtype)
     x = L.realize(x)
-    # Positions are chosen among in float32 where that is exact: gcc vectorises selects of
+    # Positions are selected as float32 where that is exact: gcc vectorises selects of
     # floats over these strided loads, not selects of integers.
     at_dtype = torch.float32 if height * width <= 1 << 24 else torch.int64
 
