@@ -333,22 +333,27 @@ class KernelEmitter:
         if len(self.k.outer) != 1 or len(self.k.stages) < 2 or self.k.stages[0].inner is None \
                 or len(self.k.stages[0].inner) != 1:
             return []
+        rows = [(buf, row, 0) for buf, row in self._contiguous_loads(self.k.stages[0].nodes, "r0")]
+        rows += [(buf, row, 1) for buf, row in self.spill_rows]
         starts = set()
-        for kn in self.k.stages[0].nodes:
-            for e in kn.body.walk():
-                if not isinstance(e, Load) or e.buffer not in self.buffers:
-                    continue
-                c = e.index.coeffs()
-                if c.pop("r0", 0) != 1 or set(c) != {"p0"}:
-                    continue
-                start = f"{e.buffer} + ({index_code(Index.make(c, e.index.const))} + {c['p0']})"
-                starts.add((start, 64 // self.buffers[e.buffer].dtype.itemsize, 0))
-        for buf, outer in self.spill_rows:
-            c = outer.coeffs()
-            if set(c) == {"p0"}:
-                starts.add((f"{buf} + ({index_code(outer)} + {c['p0']})",
-                            64 // self.buffers[buf].dtype.itemsize, 1))
+        for buf, row, write in rows:
+            step = row.coeffs()
+            if set(step) == {"p0"}:
+                starts.add((f"{buf} + ({index_code(row)} + {step['p0']})",
+                            64 // self.buffers[buf].dtype.itemsize, write))
         return sorted(starts)
+
+    def _contiguous_loads(self, nodes: List[KNode], var: str) -> List[Tuple[str, Index]]:
+        """(buffer, index without `var`) of each load in `nodes` that steps one element per
+        `var`: the rows a prefetch can run ahead along."""
+        found = set()
+        for kn in nodes:
+            for e in kn.body.walk():
+                if isinstance(e, Load) and e.buffer in self.buffers \
+                        and e.index.coeffs().get(var) == 1:
+                    found.add((e.buffer, Index(tuple(t for t in e.index.terms if t[0] != var),
+                                               e.index.const)))
+        return sorted(found, key=lambda f: (f[0], index_code(f[1])))
 
     def _page_ahead(self, stage: Stage, lanes: int) -> List[str]:
         """For a blocked reduction over long rows (a split full sum): once per page, touch the
@@ -356,21 +361,13 @@ class KernelEmitter:
         loop gets there instead of stalling it (pages are 4 KiB; the hardware prefetcher stops
         at page boundaries)."""
         size = stage.inner[0]
-        starts = set()
-        for kn in stage.nodes:
-            for e in kn.body.walk():
-                buf = self.buffers.get(e.buffer) if isinstance(e, Load) else None
-                if buf is None or e.index.coeffs().get("r0") != 1 \
-                        or size * buf.dtype.itemsize < _PAGE_AHEAD_MIN_ROW_BYTES:
-                    continue
-                rest = Index(tuple(t for t in e.index.terms if t[0] != "r0"), e.index.const)
-                starts.add((f"{e.buffer} + ({index_code(rest)})", buf.dtype.itemsize))
         out = []
-        for start, itemsize in sorted(starts):
+        for name, row in self._contiguous_loads(stage.nodes, "r0"):
+            itemsize = self.buffers[name].dtype.itemsize
             page, ahead = 4096 // itemsize, 8192 // itemsize
-            if page % lanes == 0:
+            if size * itemsize >= _PAGE_AHEAD_MIN_ROW_BYTES and page % lanes == 0:
                 out.append(f"if (rb % {page} == 0 && rb + {ahead} < {size}) "
-                           f"__builtin_prefetch({start} + rb + {ahead});")
+                           f"__builtin_prefetch({name} + ({index_code(row)}) + rb + {ahead});")
         return out
 
     def _prefetched_loop(self, body: List[str], parallel: bool) -> Optional[List[str]]:
@@ -381,19 +378,17 @@ class KernelEmitter:
         size = self.k.outer[0]
         if size % 16:
             return None
-        starts = set()
-        for kn in self.k.stages[0].nodes:
-            for e in kn.body.walk():
-                buf = self.buffers.get(e.buffer) if isinstance(e, Load) else None
-                if buf is not None and {n: c for n, c in e.index.terms} == {"p0": 1} \
-                        and _numel(buf.size) * buf.dtype.itemsize >= _PREFETCH_MIN_BYTES:
-                    starts.add((e.buffer, e.index.const, buf.dtype.itemsize))
+        starts = []
+        for name, rest in self._contiguous_loads(self.k.stages[0].nodes, "p0"):
+            buf = self.buffers[name]
+            if not rest.terms and _numel(buf.size) * buf.dtype.itemsize >= _PREFETCH_MIN_BYTES:
+                starts.append((name, rest.const, buf.dtype.itemsize))
         if not starts:
             return None
         lines = ["#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
                  ] if parallel else []
         lines.append(f"for (int64_t pb = 0; pb < {size}; pb += 16) {{")
-        for name, const, itemsize in sorted(starts):
+        for name, const, itemsize in starts:
             ahead = _PREFETCH_AHEAD_BYTES // itemsize
             for line in range(0, 16, 64 // itemsize):
                 lines.append(f"  if (pb + {ahead + line} < {size}) "
