@@ -4,6 +4,7 @@ Without a GPU the kernels run on CPU tensors in Triton's interpreter (TRITON_INT
 the backend module before the kernels are loaded). The interpreter is slow, so ops are batched into
 one graph per family as in test_cpp_backend, and sizes stay small.
 """
+import functools
 import json
 import os
 import subprocess
@@ -14,7 +15,6 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.fx.experimental.proxy_tensor import make_fx
 
 pytest.importorskip("triton", reason="the triton backend needs the optional triton package")
 
@@ -26,11 +26,12 @@ from minidynamo.codegen.ir import ExternNode  # noqa: E402
 from minidynamo.codegen.scheduler import Kernel  # noqa: E402
 from minidynamo.codegen.triton_wrapper import LaunchConfig, compile_triton_graph  # noqa: E402
 from test_cpp_backend import (  # noqa: E402
-    BINARY, POOLS, REDUCTIONS, UNARY, VIEWS, A, B, BOOL, IA, IB, POS, R, RI, UNIT, V, X,
-    assert_close,
+    BINARY, REDUCTIONS, UNARY, VIEWS, A, B, BOOL, IA, IB, POS, R, RI, UNIT, V, X, Batch,
+    _kernels, _stored, assert_close,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TritonBatch = functools.partial(Batch, compile=compile_triton_graph)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -46,29 +47,9 @@ def compile_fn(fn, *inputs, **kw):
     return compile_triton_graph(torch.fx.symbolic_trace(fn), list(inputs), **kw)
 
 
-class Batch:
-    """Many named ops compiled as one graph: `results[name]` and `expected[name]`."""
-
-    def __init__(self, ops, *inputs, **kw):
-        names = list(ops)
-        fns = [ops[n] for n in names]
-
-        def graph(*xs):
-            return tuple(f(*xs) for f in fns)
-
-        self.compiled = compile_triton_graph(make_fx(graph)(*inputs), list(inputs), **kw)
-        self.results = dict(zip(names, self.compiled(*inputs)))
-        self.expected = dict(zip(names, graph(*inputs)))
-
-    def check(self, name):
-        actual, expected = self.results[name], self.expected[name]
-        assert actual.dtype == expected.dtype and actual.shape == expected.shape
-        assert_close(actual, expected)
-
-
 @pytest.fixture(scope="module")
 def unary():
-    return Batch(UNARY, X, POS, UNIT)
+    return TritonBatch(UNARY, X, POS, UNIT)
 
 
 @pytest.mark.parametrize("name", list(UNARY))
@@ -78,7 +59,7 @@ def test_unary(unary, name):
 
 @pytest.fixture(scope="module")
 def binary():
-    return Batch(BINARY, A, B, IA, IB, BOOL)
+    return TritonBatch(BINARY, A, B, IA, IB, BOOL)
 
 
 @pytest.mark.parametrize("name", list(BINARY))
@@ -88,7 +69,7 @@ def test_binary(binary, name):
 
 @pytest.fixture(scope="module")
 def reductions():
-    return Batch(REDUCTIONS, R, RI)
+    return TritonBatch(REDUCTIONS, R, RI)
 
 
 @pytest.mark.parametrize("name", list(REDUCTIONS))
@@ -99,7 +80,7 @@ def test_reduction(reductions, name):
 @pytest.fixture(scope="module")
 def looped_reductions():
     # Rows longer than 4 elements take the looped path, in chunks narrower than the rows.
-    return Batch(REDUCTIONS, R, RI, persistent_max=4)
+    return TritonBatch(REDUCTIONS, R, RI, persistent_max=4)
 
 
 @pytest.mark.parametrize("name", list(REDUCTIONS))
@@ -116,7 +97,7 @@ def test_reduction_kinds_emitted(reductions, looped_reductions):
 
 @pytest.fixture(scope="module")
 def views():
-    return Batch(VIEWS, V)
+    return TritonBatch(VIEWS, V)
 
 
 @pytest.mark.parametrize("name", list(VIEWS))
@@ -137,37 +118,7 @@ def test_nan_propagation(persistent_max):
         "clamp": lambda x, y: x.clamp(-0.1, 0.1), "softmax": lambda x, y: F.softmax(x, 1),
         "sum": lambda x, y: x.sum(0),
     }
-    batch = Batch(ops, x, y, persistent_max=persistent_max)
-    for name in ops:
-        batch.check(name)
-
-
-def test_non_contiguous_inputs():
-    base = torch.randn(12, 40)
-    transposed = base.t()  # strides (1, 40)
-    sliced = base[2:10, 5:37:2]  # storage offset and step
-    expanded = torch.randn(1, 16).expand(8, 16)  # stride 0
-    ops = {
-        "t": lambda a, b, c: a * 2 + 1, "t_sum": lambda a, b, c: a.sum(1), "slice": lambda a, b, c: b.exp(),
-        "mix": lambda a, b, c: b * c + b.sum(0), "softmax_t": lambda a, b, c: F.softmax(a, -1),
-    }
-    batch = Batch(ops, transposed, sliced, expanded)
-    for name in ops:
-        batch.check(name)
-    fresh = [transposed.contiguous(), sliced.contiguous(), expanded.contiguous()]
-    for actual, expected in zip(batch.compiled(*fresh), (ops[n](*fresh) for n in ops)):
-        assert_close(actual, expected)
-
-
-def test_float64_and_int_dtypes():
-    x = torch.randn(8, 16, dtype=torch.float64)
-    i = torch.randint(-100, 100, (8, 16), dtype=torch.int64)
-    ops = {
-        "chain64": lambda x, i: (x.exp() * 2 - x.sin()).tanh(), "softmax64": lambda x, i: F.softmax(x, -1),
-        "sum64": lambda x, i: x.sum(0), "int_chain": lambda x, i: (i * 3 + 7) // 2 - i % 4,
-        "int_sum": lambda x, i: (i * i).sum(), "int_to_double": lambda x, i: i / 3 + x,
-    }
-    batch = Batch(ops, x, i)
+    batch = TritonBatch(ops, x, y, persistent_max=persistent_max)
     for name in ops:
         batch.check(name)
 
@@ -181,14 +132,6 @@ def test_long_full_reduction_is_split():
 
 
 # -- fusion -------------------------------------------------------------------------------------
-
-
-def _kernels(compiled):
-    return [s for s in compiled.steps if isinstance(s, Kernel)]
-
-
-def _stored(compiled):
-    return set().union(*(k.stored for k in _kernels(compiled)))
 
 
 def test_pointwise_chain_is_one_masked_kernel():
@@ -385,21 +328,3 @@ def test_missing_triton_gives_a_clear_error():
     assert proc.returncode == 0, proc.stderr
     assert "ERROR: the 'triton' backend needs the triton package" in proc.stdout
     assert "pip install 'minidynamo[triton]'" in proc.stdout
-
-
-@pytest.mark.parametrize("name", list(POOLS))
-def test_max_pool2d_values_and_indices(name):
-    torch.manual_seed(0)
-    x = torch.randn(2, 3, 8, 10)
-    x[0, 1, 2, 3] = float("nan")
-    x[1, 0, 0, 0:2] = float("nan")
-
-    def f(x):
-        v, i = F.max_pool2d(x.relu() * 2, return_indices=True, **POOLS[name])
-        return v + 1, i
-
-    c = compile_fn(f, x)
-    assert not [s for s in c.steps if isinstance(s, ExternNode)]
-    (v, i), (ev, ei) = c(x), f(x)
-    torch.testing.assert_close(v, ev, equal_nan=True)
-    assert torch.equal(i, ei)
