@@ -202,9 +202,15 @@ class OutputGraph:
         if is_constant_value(example) and example is not None:
             return ConstantVariable(example)
         node = self.create_node(op, target, node_args, node_kwargs)
-        return self._wrap_result(node, example)
+        return self._wrap_result(node, example, _tensor_trackers([*args, *kwargs.values()]))
 
-    def _wrap_result(self, node: torch.fx.Node, example: Any) -> VariableTracker:
+    def _wrap_result(self, node: torch.fx.Node, example: Any,
+                     inputs: Optional[Dict[int, TensorVariable]] = None) -> VariableTracker:
+        """A tracker for the op's result; a tensor the op returns that is one of its inputs (in-place
+        ops, `out=`) is that input's tracker, so identity (`x.add_(1) is x`) holds as in eager."""
+        inputs = inputs or {}
+        if isinstance(example, torch.Tensor) and id(example) in inputs:
+            return inputs[id(example)]
         if isinstance(example, torch.Tensor):
             return TensorVariable(node, example)
         if isinstance(example, SYM_TYPES):
@@ -217,7 +223,8 @@ class OutputGraph:
             for i, item in enumerate(example):
                 item = specialized_value(item)
                 if isinstance(item, (torch.Tensor, *SYM_TYPES)):
-                    items.append(self._wrap_result(self.create_node("call_function", operator.getitem, (node, i), {}), item))
+                    items.append(self._wrap_result(self.create_node("call_function", operator.getitem, (node, i), {}), item,
+                                                       inputs))
                 elif is_constant_value(item):
                     items.append(ConstantVariable(item))
                 else:
@@ -321,6 +328,19 @@ def _map_trackers(value: Any, leaf: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
         return {k: _map_trackers(v, leaf) for k, v in value.items()}
     return value
+
+
+def _tensor_trackers(values: List[Any]) -> Dict[int, TensorVariable]:
+    """id(example) -> tracker, for the tensors among (nested) op arguments."""
+    found: Dict[int, TensorVariable] = {}
+
+    def leaf(tensor: Union[TensorVariable, SymNodeVariable]) -> None:
+        if isinstance(tensor, TensorVariable):
+            found.setdefault(id(tensor.example), tensor)
+
+    for value in values:
+        _map_trackers(value, leaf)
+    return found
 
 
 def _as_node_arg(value: Any) -> Any:

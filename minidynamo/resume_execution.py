@@ -1,8 +1,8 @@
 """Resume functions: the rest of a frame after a graph break, as a function of its own.
 
 A resume function is the original code with a new entry: it takes the values that were on the
-stack and the live locals as arguments, pushes the stack back and jumps to where execution
-continues. It is called from the generated code and converted by the hook like any function.
+stack and the live locals as arguments, and the frame's cells as its closure, pushes the stack
+back and jumps to where execution continues. It is called from the generated code and converted by the hook like any function.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-from .bytecode_transformation import Instr, Instructions, Label, assemble, frame_prologue
+from .bytecode_transformation import CellVar, FreeVar, Instr, Instructions, Label, assemble
 from .exc import unimplemented
 
 _PROLOGUE_OPS = ("MAKE_CELL", "COPY_FREE_VARS", "RESUME")
@@ -53,7 +53,10 @@ def resume_code(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
 def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     code = instructions.code
     target_label = Label()
-    entry: List = frame_prologue(code)
+    # The frame's cells are shared, not copied: functions made before the break close over them,
+    # so a later rebinding (in the rest of the frame or through `nonlocal`) must reach them.
+    freevars = list(code.co_freevars) + list(code.co_cellvars)
+    entry: List = [Instr("COPY_FREE_VARS", len(freevars)), Instr("RESUME", 0)] if freevars else [Instr("RESUME", 0)]
     for i, null in enumerate(spec.stack_nulls):
         entry.append(Instr("PUSH_NULL") if null else Instr("LOAD_FAST", f"{spec.prefix}{i}"))
     entry.append(Instr("JUMP_FORWARD", target_label))
@@ -65,14 +68,23 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
             body.append(target_label)
         if isinstance(element, Instr) and element.name in _PROLOGUE_OPS and position < instructions.positions[_first_real(instructions)]:
             continue
-        body.append(element)
+        body.append(_as_free_variable(element))
     # locals first: zero-argument super() reads the first parameter of the frame
     argnames = list(spec.local_names) + spec.stack_argnames()
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     original = re.sub(r"^(__resume_at_\d+_in_)+", "", code.co_name)
     name = f"__resume_at_{instructions.offsets[spec.target]}_in_{original}"
     return assemble(entry + body, like=code, name=name, argnames=argnames, argcount=len(argnames),
-                    kwonlyargcount=0, flags=flags)
+                    kwonlyargcount=0, flags=flags, freevars=freevars, cellvars=())
+
+
+def _as_free_variable(element):
+    """`element`, reading a cell of the original frame as a free variable of the resume function."""
+    if isinstance(element, Instr) and isinstance(element.arg, CellVar):
+        copy = element.copy()
+        copy.arg = FreeVar(element.arg.name)
+        return copy
+    return element
 
 
 def _first_real(instructions: Instructions) -> int:

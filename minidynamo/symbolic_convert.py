@@ -18,7 +18,7 @@ from bytecode import BinaryOp, Compare
 
 from . import _C
 from .bytecode_analysis import in_loop, live_locals
-from .bytecode_transformation import (FreeVar, Instr, Instructions, Label, TryBegin, TryEnd, assemble,
+from .bytecode_transformation import (Instr, Instructions, Label, TryBegin, TryEnd, assemble,
                                       frame_prologue, read_instructions)
 from .exc import Unsupported, UserFrame, unimplemented
 from .output_graph import OutputGraph
@@ -477,6 +477,10 @@ class InstructionTranslatorBase:
     def root_globals(self) -> Dict[str, Any]:
         return self.f_globals
 
+    def frame_cell(self, cell: Any) -> Optional[CellVariable]:
+        """The tracker of a real closure cell of the frame being converted, if `cell` is one."""
+        return None
+
     def inline_user_function(
         self, fn: BaseUserFunctionVariable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]
     ) -> VariableTracker:
@@ -607,10 +611,13 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.generated_code: Optional[types.CodeType] = None
         self.break_at = break_at
         self.current_break_index = -1
-        for name in code.co_freevars:
-            if name in self.f_locals:
-                value = VariableBuilder(self, LocalSource(name))(self.f_locals[name])
-                self.cells[name] = CellVariable(value, writable=False, frame_name=name)
+        closure = getattr(getattr(frame, "f_func", None), "__closure__", None) or ()
+        # real cell -> its tracker, so that functions closing over the same cell share it
+        self.frame_cells: Dict[int, CellVariable] = {}
+        for name, real_cell in zip(code.co_freevars, closure):  # an empty cell may be assigned later
+            value = VariableBuilder(self, LocalSource(name))(self.f_locals[name]) if name in self.f_locals else None
+            self.cells[name] = CellVariable(value, writable=False, frame_name=name)
+            self.frame_cells[id(real_cell)] = self.cells[name]
 
     def run(self) -> None:
         try:
@@ -623,6 +630,9 @@ class InstructionTranslator(InstructionTranslatorBase):
     def MAKE_CELL(self, inst: Instr) -> None:
         super().MAKE_CELL(inst)
         self.cells[inst.arg.name].frame_name = inst.arg.name
+
+    def frame_cell(self, cell: Any) -> Optional[CellVariable]:
+        return self.frame_cells.get(id(cell))
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         if name in self.f_locals:
@@ -693,6 +703,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         call of the resume function at each target (two for a conditional jump)."""
 
         live = live_locals(self.instructions)
+        self.store_frame_cells()
         local_names = {t: self.passed_locals(live[t]) for t, _ in targets}
         local_values = [v for names in local_names.values() for _, v in names if v is not None]
         codegen = self.output.codegen_graph_and_side_effects([*kept, *inputs, *local_values])
@@ -758,22 +769,24 @@ class InstructionTranslator(InstructionTranslatorBase):
         oparg = (inst.arg if isinstance(inst.arg, int) else 0) if inst.require_arg() else None
         return n_inputs + dis.stack_effect(inst.opcode, oparg, jump=False)
 
+    def store_frame_cells(self) -> None:
+        """The frame's own cells are handed to the resume function: what the trace wrote to them
+        (or read as their initial value) is written to the real cells first."""
+        for name in self.code.co_cellvars:
+            cell = self.cells.get(name)
+            if cell is not None and cell.writable and cell.contents is not None:
+                self.output.side_effects.store_cell(cell, name, None)
+
     def passed_locals(self, live: frozenset) -> List[Tuple[str, Optional[VariableTracker]]]:
         """Locals handed to a resume function: (name, tracker), or (name, None) for an argument never
         read while tracing, which is passed straight from its slot."""
         passed: List[Tuple[str, Optional[VariableTracker]]] = []
         if "__class__" in self.code.co_freevars and self.code.co_argcount:
             live = live | {self.code.co_varnames[0]}  # zero-argument super() reads it
-        for name in dict.fromkeys(self.code.co_varnames + self.code.co_cellvars):
-            if name in self.code.co_freevars:
-                continue
+        for name in self.code.co_varnames:
             if name in self.code.co_cellvars:
-                cell = self.cells.get(name)
-                if cell is not None and cell.contents is not None:
-                    passed.append((name, cell.contents))
-                elif cell is None and name in self.f_locals:
-                    passed.append((name, None))
-            elif name in live and name in self.symbolic_locals:
+                continue  # shared with the resume function as a cell (see store_frame_cells)
+            if name in live and name in self.symbolic_locals:
                 passed.append((name, self.symbolic_locals[name]))
             elif name in live and name in self.f_locals:
                 passed.append((name, None))
@@ -786,10 +799,10 @@ class InstructionTranslator(InstructionTranslatorBase):
         if eager:
             _C.skip_code(code)
         codegen.append("PUSH_NULL")
-        if self.code.co_freevars:
-            for name in self.code.co_freevars:
-                codegen.append("LOAD_CLOSURE", FreeVar(name))
-            codegen.append("BUILD_TUPLE", len(self.code.co_freevars))
+        if code.co_freevars:
+            for name in code.co_freevars:
+                codegen.load_closure(name)
+            codegen.append("BUILD_TUPLE", len(code.co_freevars))
             codegen.load_const(code)
             codegen.append("MAKE_FUNCTION", 0x08)
         else:
@@ -842,6 +855,9 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
 
     def root_globals(self) -> Dict[str, Any]:
         return self.parent.root_globals()
+
+    def frame_cell(self, cell: Any) -> Optional[CellVariable]:
+        return self.parent.frame_cell(cell)
 
     def RETURN_VALUE(self, inst: Instr) -> bool:
         self.return_value = self.pop()

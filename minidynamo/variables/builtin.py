@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import builtins
+import collections
 import functools
+import inspect
 import math
 import operator
 import sys
+import types
 from typing import Any, Callable, Dict, List
 
 import torch
@@ -83,6 +86,8 @@ class BuiltinVariable(VariableTracker):
             result = self._sequence_op(tx, *args)
             if result is not None:
                 return result
+        if self.fn in (operator.is_, operator.is_not) and len(args) == 2:  # never on copies made to fold
+            return self._identity(tx, *args)
         if (self.fn in _FOLDABLE or self.fn in _SETTINGS_READS) and all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
         ):
@@ -97,8 +102,6 @@ class BuiltinVariable(VariableTracker):
             return args[0].call_method(tx, name, list(args[1:]), {})
         if self.fn is operator.contains and len(args) == 2:
             return args[0].call_method(tx, "__contains__", [args[1]], {})
-        if self.fn in (operator.is_, operator.is_not) and len(args) == 2:
-            return self._identity(tx, *args)
         if self.fn in (operator.eq, operator.ne) and len(args) == 2:
             same = self._identity(tx, *args)
             if same is not None and same.as_python_constant() is (self.fn is operator.eq):
@@ -367,8 +370,6 @@ def _identity_of(vt: VariableTracker):
 
 
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
-    from ..exc import Unsupported
-
     if isinstance(obj, TensorVariable):
         return hasattr(obj.example, name)
     identity = _identity_of(obj)
@@ -376,11 +377,51 @@ def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
         return True
     if identity is not None:
         return hasattr(identity, name)
-    try:
-        obj.var_getattr(tx, name)
-    except Unsupported:
+    return _has_attr_of_traced_value(tx, obj, name)
+
+
+_MISSING = object()
+# Descriptors implemented in C whose __get__ runs no user code and cannot fail on an instance of
+# the builtin type that defines them.
+_BUILTIN_DESCRIPTORS = (types.MemberDescriptorType, types.GetSetDescriptorType, types.MethodDescriptorType,
+                        types.WrapperDescriptorType, types.BuiltinFunctionType, types.ClassMethodDescriptorType,
+                        types.FunctionType, staticmethod, classmethod, type(collections.namedtuple("_T", "a").a))
+# Builtin types whose attribute lookup is not Python's generic one (it delegates or looks elsewhere).
+_SPECIAL_GETATTRIBUTE = (types.MethodType, types.ModuleType, type, super, types.GenericAlias)
+
+
+def _has_attr_of_traced_value(tx, obj: VariableTracker, name: str) -> bool:
+    """hasattr on a value with no real object behind it, answered as Python's lookup would: the
+    attributes its tracker records, then its type's; where that lookup would run user code
+    (properties, descriptors, __getattr__) the attribute is read through the tracker instead."""
+    from .user_defined import NewObjectVariable
+
+    cls = obj.python_type()
+    lookup_owner = next(base for base in cls.__mro__ if "__getattribute__" in vars(base))
+    generic = lookup_owner.__module__ in ("builtins", "functools", "collections") and lookup_owner not in _SPECIAL_GETATTRIBUTE
+    if not generic or inspect.getattr_static(cls, "__getattr__", None) is not None:
+        unimplemented(f"hasattr on a {cls.__qualname__} object with its own attribute lookup")
+    if isinstance(obj, NewObjectVariable) and name in obj.attrs:
+        return True
+    static = inspect.getattr_static(cls, name, _MISSING)
+    if static is _MISSING:
+        if cls.__dictoffset__ and not _instance_dict_known(obj):
+            unimplemented(f"hasattr on a {cls.__qualname__} object whose instance attributes are not tracked")
         return False
+    builtin_owner = next(base for base in cls.__mro__ if name in vars(base)).__module__ in ("builtins", "functools")
+    if isinstance(static, _BUILTIN_DESCRIPTORS) and (builtin_owner or not isinstance(static, types.MemberDescriptorType)):
+        return True
+    if hasattr(type(static), "__get__"):  # a property or another descriptor: its getter decides
+        obj.var_getattr(tx, name)
     return True
+
+
+def _instance_dict_known(obj: VariableTracker) -> bool:
+    """Whether every instance attribute of `obj` is known while tracing: objects built in the frame
+    by traced code (their attribute stores are tracked; other trackers reject them)."""
+    from .user_defined import ConstructedObjectVariable, NewObjectVariable
+
+    return isinstance(obj, NewObjectVariable) or (obj.source is None and not isinstance(obj, ConstructedObjectVariable))
 
 
 def _is_none(vt: VariableTracker) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections.abc
+import functools
 import inspect
 import types
 from typing import Any, Dict, List, Optional
@@ -171,6 +172,10 @@ class UserFunctionVariable(BaseUserFunctionVariable):
     def closure_cells(self, tx) -> Dict[str, VariableTracker]:
         cells: Dict[str, VariableTracker] = {}
         for i, (name, cell) in enumerate(zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ())):
+            shared = tx.frame_cell(cell)
+            if shared is not None:
+                cells[name] = shared
+                continue
             try:
                 contents = cell.cell_contents
             except ValueError:
@@ -305,8 +310,21 @@ class PartialVariable(VariableTracker):
         self.args = args
         self.kwargs = kwargs
 
+    has_identity = True
+
     def describe(self) -> str:
         return f"partial({self.func.describe()})"
+
+    def python_type(self) -> type:
+        return functools.partial
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(functools.partial)
+        for value in (self.func, *self.args, *self.kwargs.values()):
+            codegen.reconstruct(value)
+        if self.kwargs:
+            codegen.append("KW_NAMES", tuple(self.kwargs))
+        codegen.call(1 + len(self.args) + len(self.kwargs))
 
     def subvalues(self) -> List[VariableTracker]:
         return [self.func, *self.args, *self.kwargs.values()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import abc
 import collections.abc
 import dataclasses
+import functools
 import inspect
 import types
 from typing import Any, Dict, List
@@ -42,6 +43,11 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         if not isinstance(static.fget, types.FunctionType):
             unimplemented(f"property {name} with a non-Python getter")
         return UserFunctionVariable(static.fget).call_function(tx, [obj_vt], {})
+    if isinstance(static, functools.cached_property) and isinstance(static.func, types.FunctionType):
+        # computed once, then stored in the instance dict, which later reads find first
+        value = UserFunctionVariable(static.func).call_function(tx, [obj_vt], {})
+        obj_vt.store_attr(tx, static.attrname or name, value)
+        return value
     if isinstance(static, types.FunctionType):
         return UserMethodVariable(static, obj_vt)
     owner = next((base for base in cls.__mro__ if name in vars(base)), None)

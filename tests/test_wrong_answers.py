@@ -1,0 +1,335 @@
+"""Wrong answers outright (issue 13, item 5): hasattr on builtin-typed values, identity of in-place
+results, closures rebound around a graph break, identity of cached values, Enum arguments with a
+break, torch.func transforms, frame introspection and classes defined in the compiled function.
+Each case is compared with eager over several calls with changed inputs (break_harness)."""
+import collections
+import enum
+import functools
+import sys
+
+import pytest
+import torch
+
+from break_harness import Cases, compare_runs, rand, run_once
+from translator_harness import REFERENCE, CompileCounter, optimize, fresh_dynamo  # noqa: F401
+
+CASES = Cases()
+Point = collections.namedtuple("Point", "x y")
+x2 = lambda: (rand(2),)  # noqa: E731
+x3 = lambda: (rand(3),)  # noqa: E731
+
+
+# ------------------------------------------------------------------------------------- hasattr
+PARTIALS = [functools.partial(torch.add, alpha=2), functools.partial(torch.mul, 3)]
+
+
+@CASES.case(lambda: (rand(2), 0), lambda: (rand(2), 1), lambda: (rand(3), 0), graphs=1, breaks=0)
+def hasattr_partial_global(x, i):
+    p = PARTIALS[i]
+    return p(x, 2), hasattr(p, "func"), hasattr(p, "args"), hasattr(p, "keywords"), hasattr(p, "missing")
+
+
+@CASES.case(x2, graphs=1, breaks=0)
+def hasattr_partial_made_here(x):
+    p = functools.partial(torch.add, x)
+    return p(1), hasattr(p, "func"), hasattr(p, "keywords"), hasattr(p, "__call__"), hasattr(p, "nope")
+
+
+@CASES.case(lambda: (rand(2), {"a": 1}), lambda: (rand(2), {"b": 2, "c": 3}), graphs=1, graphs_after=2, breaks=0)
+def hasattr_dict(x, d):
+    local = {"k": x}
+    return (x + 1, hasattr(d, "keys"), hasattr(d, "items"), hasattr(d, "zzz"), hasattr(local, "get"),
+            hasattr(local, "k"))
+
+
+@CASES.case(lambda: (rand(2), Point(1, 2)), lambda: (rand(2), Point(3, 4)), graphs=1, graphs_after=2, breaks=0)
+def hasattr_namedtuple(x, p):
+    q = Point(x, x)
+    return (x * p.x, hasattr(p, "x"), hasattr(p, "_fields"), hasattr(p, "_asdict"), hasattr(p, "z"),
+            hasattr(q, "y"), hasattr(q, "_replace"), hasattr(q, "w"))
+
+
+@CASES.case(x2, graphs=1, breaks=0)
+def hasattr_builtin_values(x):
+    return (x + 1, hasattr([1], "append"), hasattr((1,), "count"), hasattr(3, "real"), hasattr("s", "upper"),
+            hasattr(None, "x"), hasattr(2.0, "is_integer"), hasattr([1], "shape"), hasattr(len, "__name__"))
+
+
+@CASES.case(x2, graphs=None)
+def getattr_default_on_builtin_values(x):
+    d = {"a": 1}
+    return x + getattr(d, "missing", 3), getattr(Point(1, 2), "x", 7), callable(getattr(d, "keys", None))
+
+
+class _WithProperty:
+    def __init__(self, scale):
+        self.scale = scale
+
+    @property
+    def doubled(self):
+        return self.scale * 2
+
+    @property
+    def broken(self):
+        raise AttributeError("no")
+
+
+@CASES.case(x2, graphs=None)
+def hasattr_object_made_here(x):
+    o = _WithProperty(3)
+    return x + 1, hasattr(o, "scale"), hasattr(o, "doubled"), hasattr(o, "missing"), hasattr(o, "broken")
+
+
+# ----------------------------------------------------------------------- identity of in-place results
+@CASES.case(x3, lambda: (rand(2, 3),), graphs=1, breaks=0)
+def inplace_method_returns_self(x):
+    y = x.add_(1)
+    return y is x, x.mul_(2).add_(1) is x, x.relu_() is x, y
+
+
+@CASES.case(x3, graphs=1, breaks=0)
+def inplace_variants_return_self(x):
+    z = x * 1
+    a = torch.add(z, 1, out=z)
+    b = torch.relu_(z)
+    c = torch.nn.functional.relu(z, inplace=True)
+    d = z
+    d += 1
+    e = z.contiguous()
+    return a is z, b is z, c is z, d is z, e is z, z
+
+
+@CASES.case(lambda: (rand(2, 3),), graphs=1, breaks=0)
+def inplace_metadata_ops_return_self(x):
+    y = x.t_()
+    return y is x, y.shape, x.unsqueeze_(0) is x, x.shape
+
+
+@CASES.case(lambda: (rand(3), torch.zeros(3)), graphs=1, breaks=0)
+def out_argument_is_returned(x, out):
+    r = torch.mul(x, 2, out=out)
+    return r is out, r
+
+
+@CASES.case(x3, graphs=1, breaks=0)
+def inplace_result_returned_is_the_input(x):
+    return x.add_(1)
+
+
+@CASES.case(x3, graphs=None)
+def id_of_inplace_result(x):
+    return id(x.relu_()) == id(x), x
+
+
+# ------------------------------------------------------------------- closures around a graph break
+@CASES.case(x3, lambda: (rand(2),), graphs=2, breaks=1)
+def closure_cell_rebound_after_break(x):
+    f = lambda t: t + 1  # noqa: E731
+    def g(t):
+        return f(t)
+    a = g(x)
+    print("break")
+    f = lambda t: t * 2  # noqa: E731
+    return a, g(x)
+
+
+@CASES.case(x3, graphs=2, breaks=1)
+def nonlocal_setter_after_break(x):
+    k = 1
+    def get(t):
+        return t + k
+    def set_k(v):
+        nonlocal k
+        k = v
+    a = get(x)
+    print("break")
+    set_k(5)
+    return a, get(x), k
+
+
+@CASES.case(x3, graphs=None)
+def closure_defined_after_break_reads_cell(x):
+    k = 2
+    print("break")
+    k = k + 1
+    h = lambda t: t * k  # noqa: E731
+    return h(x), k
+
+
+@CASES.case(x3, graphs=None)
+def cell_assigned_only_after_break(x):
+    def get():
+        return late
+    print("break")
+    late = x + 1
+    return get()
+
+
+@CASES.case(x3, graphs=None)
+def two_breaks_rebinding_a_cell(x):
+    f = lambda t: t + 1  # noqa: E731
+    def g(t):
+        return f(t)
+    print("one")
+    f = lambda t: t * 3  # noqa: E731
+    a = g(x)
+    print("two")
+    f = lambda t: t - 5  # noqa: E731
+    return a, g(x)
+
+
+@CASES.case(x3, graphs=None)
+def loop_lambdas_late_binding(x):
+    fs = []
+    for i in range(3):
+        fs.append(lambda t: t + i)
+    print("break")
+    return [f(x) for f in fs]
+
+
+# ---------------------------------------------------------------- identity of values cached on objects
+class _Cache:
+    def __init__(self, k=1):
+        self._items = None
+        self.k = k
+
+    @property
+    def items(self):
+        if self._items is None:
+            self._items = [self.k, 2]
+        return self._items
+
+    @functools.cached_property
+    def cached(self):
+        return [self.k * 3]
+
+
+@CASES.case(x2, graphs=1, breaks=0)
+def caching_property_keeps_identity(x):
+    o = _Cache()
+    a = o.items
+    b = o.items
+    return x + 1, a is b, a
+
+
+@CASES.case(x2, graphs=1, breaks=0)
+def cached_property_keeps_identity(x):
+    o = _Cache(2)
+    c = o.cached
+    d = o.cached
+    return x + c[0], c is d, o.cached is c
+
+
+@CASES.case(lambda: (rand(2), _Cache(2)), lambda: (rand(2), _Cache(5)), graphs=None)
+def cached_property_of_an_argument(x, o):
+    c = o.cached
+    return x * c[0], c is o.cached
+
+
+@CASES.case(x2, graphs=1, breaks=0)
+def is_between_lists_is_identity(x):
+    a = [1]
+    b = a
+    c = [1]
+    return x + 1, a is b, a is c, a is not c, [] is [], {} is not {}
+
+
+# ------------------------------------------------------------- classes defined in the compiled function
+@CASES.case(x2, lambda: (rand(3),), graphs=None)
+def local_class_method_appends_to_frame_list(x):
+    log = []
+    class Recorder:
+        def go(self, t):
+            log.append(t)
+            return t * 2
+    r = Recorder()
+    y = r.go(x)
+    y = r.go(y)
+    return y, len(log), log
+
+
+@CASES.case(x2, graphs=None)
+def local_class_method_called_after_break(x):
+    log = []
+    class Recorder:
+        def __init__(self):
+            log.append("init")
+        def go(self, t):
+            log.append(t)
+            return t * 2
+    r = Recorder()
+    print("break")
+    return r.go(x), log
+
+
+@CASES.case(x2, graphs=None)
+def local_class_list_rebound_after_use(x):
+    log = []
+    class Recorder:
+        def go(self, t):
+            log.append(t)
+            return t + 1
+    r = Recorder()
+    r.go(x)
+    first = log
+    log = []
+    r.go(x)
+    return len(first), len(log)
+
+
+@CASES.case(x2, graphs=None)
+def local_class_staticmethod_appends(x):
+    log = []
+    class Recorder:
+        @staticmethod
+        def go(t):
+            log.append(t)
+            return t * 2
+    Recorder.go(x)
+    print("break")
+    Recorder.go(x)
+    return len(log)
+
+
+@CASES.case(x2, graphs=None)
+def local_class_in_comprehension(x):
+    log = []
+    class Recorder:
+        def go(self, t):
+            log.append(t)
+            return t * 2
+    r = Recorder()
+    out = [r.go(x) for _ in range(3)]
+    return len(log), out
+
+
+@pytest.mark.parametrize("case", CASES.params())
+def test_wrong_answers(case):
+    case.run()
+
+
+# ----------------------------------------------------- a closure of the compiled function rebinding
+def _make_outer_cell_rebinder():
+    k = 1
+
+    def helper(t):
+        return t + k
+
+    def step(x):
+        nonlocal k
+        a = helper(x)
+        print("break")
+        k = k + 1
+        return a, helper(x)
+
+    return step, lambda: k
+
+
+def test_free_variable_rebound_after_break_reaches_other_closures():
+    eager_step, eager_k = _make_outer_cell_rebinder()
+    comp_step, comp_k = _make_outer_cell_rebinder()
+    compiled = optimize(CompileCounter())(comp_step)
+    for call in range(3):
+        x = rand(3)
+        compare_runs(run_once(compiled, (x.clone(),)), run_once(eager_step, (x.clone(),)), f"call {call}: ")
+        assert comp_k() == eager_k()
