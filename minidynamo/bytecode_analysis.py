@@ -1,4 +1,4 @@
-"""Dataflow facts about a flattened instruction list: liveness of locals, loops."""
+"""Dataflow facts about a flattened instruction list: liveness of locals, loops, frame introspection."""
 from __future__ import annotations
 
 from typing import FrozenSet, List, Set
@@ -49,5 +49,27 @@ def in_loop(instructions: Instructions, index: int) -> bool:
     """Whether some backward jump goes from after `index` to at or before it."""
     for i, instr in enumerate(instructions.instrs):
         if is_jump(instr) and i >= index and instructions.jump_target(instr) <= index:
+            return True
+    return False
+
+
+# Builtins that read the calling frame's namespace when called with no arguments (eval and exec:
+# whenever they may run code there), and attributes that reach frame objects.
+_NAMESPACE_READERS = {"locals": 0, "vars": 0, "dir": 0, "eval": None, "exec": None}
+_FRAME_ATTRIBUTES = {"_getframe", "currentframe", "f_locals", "f_back"}
+
+
+def reads_own_frame(instructions: Instructions) -> bool:
+    """Whether the code looks at its own frame (locals(), vars(), dir(), sys._getframe(), ...): the
+    converted frame and its resume functions have other locals than the user wrote."""
+    instrs = instructions.instrs
+    for i, instr in enumerate(instrs):
+        if instr.name in ("LOAD_ATTR", "LOAD_METHOD") and instr.arg in _FRAME_ATTRIBUTES:
+            return True
+        if instr.name != "LOAD_GLOBAL" or instr.arg[1] not in _NAMESPACE_READERS:
+            continue
+        nargs = _NAMESPACE_READERS[instr.arg[1]]
+        following = instrs[i + 1] if i + 1 < len(instrs) else None
+        if nargs is None or (following is not None and following.name == "PRECALL" and following.arg == nargs):
             return True
     return False

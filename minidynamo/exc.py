@@ -11,6 +11,8 @@ class Unsupported(Exception):
         self.user_stack: List["UserFrame"] = []
         # index of the frame's own instruction that was running (where a graph break would go)
         self.break_index: Optional[int] = None
+        # no graph break can help: the whole frame runs as written
+        self.whole_frame = False
 
 
 class UserFrame:
@@ -34,3 +36,10 @@ class BackendCompilerFailed(Exception):
 
 def unimplemented(msg: str) -> NoReturn:
     raise Unsupported(msg)
+
+
+def unimplemented_frame(msg: str) -> NoReturn:
+    """Unsupported anywhere in the frame: it is not converted (no graph break)."""
+    error = Unsupported(msg)
+    error.whole_frame = True
+    raise error

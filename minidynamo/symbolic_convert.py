@@ -17,10 +17,10 @@ import torch
 from bytecode import BinaryOp, Compare
 
 from . import _C
-from .bytecode_analysis import in_loop, live_locals
+from .bytecode_analysis import in_loop, live_locals, reads_own_frame
 from .bytecode_transformation import (Instr, Instructions, Label, TryBegin, TryEnd, assemble,
                                       frame_prologue, read_instructions)
-from .exc import Unsupported, UserFrame, unimplemented
+from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .output_graph import OutputGraph
 from .resume_execution import ResumeSpec, resume_code, stack_prefix
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
@@ -620,10 +620,12 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.frame_cells[id(real_cell)] = self.cells[name]
 
     def run(self) -> None:
+        if reads_own_frame(self.instructions):
+            unimplemented_frame(f"{self.code.co_name} reads its own frame (locals(), vars(), sys._getframe(), ...)")
         try:
             super().run()
         except Unsupported as e:
-            if e.break_index is None:
+            if e.break_index is None and not e.whole_frame:
                 e.break_index = self.current_index
             raise
 

@@ -14,6 +14,7 @@ from break_harness import Cases, compare_runs, rand, run_once
 from translator_harness import REFERENCE, CompileCounter, optimize, fresh_dynamo  # noqa: F401
 
 CASES = Cases()
+TORCH_REF = "torch._dynamo's transformed frames show its own temporaries (or raise NameError) here"
 Point = collections.namedtuple("Point", "x y")
 x2 = lambda: (rand(2),)  # noqa: E731
 x3 = lambda: (rand(3),)  # noqa: E731
@@ -303,6 +304,166 @@ def local_class_in_comprehension(x):
     return len(log), out
 
 
+# ------------------------------------------------------------------ Enum arguments and a graph break
+class Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+def _colors(*members):
+    return [lambda m=m: (rand(3), m) for m in members]
+
+
+@CASES.case(*_colors(Color.RED, Color.GREEN, Color.RED), graphs=None)
+def enum_value_branch(x, c):
+    if c.value == 1:
+        return x + 1
+    return x - 1
+
+
+@CASES.case(*_colors(Color.RED, Color.GREEN, Color.RED), graphs=None)
+def enum_value_read_then_break(x, c):
+    v = c.value
+    print("break")
+    return x * v
+
+
+@CASES.case(*_colors(Color.RED, Color.GREEN, Color.RED), graphs=None)
+def enum_value_after_break(x, c):
+    print("break")
+    return x + c.value, c.name
+
+
+@CASES.case(*_colors(Level.LOW, Level.HIGH, Level.LOW), graphs=None)
+def int_enum_value_and_branch(x, c):
+    y = x * c.value
+    print("break")
+    if c == Level.HIGH:
+        return y + 10
+    return y - 10
+
+
+@CASES.case(*_colors(Color.RED, Color.GREEN, Color.RED), graphs=None,
+            xfail="identity of Enum members folded under a TYPE_MATCH guard (issue 13 item 2, helper facts)")
+def enum_identity_after_break(x, c):
+    print("break")
+    if c is Color.RED:
+        return x + 1
+    return x - 1
+
+
+@CASES.case(*_colors(Color.RED, Color.GREEN, Color.RED), graphs=None)
+def enum_identity_after_value_break(x, c):
+    v = c.value
+    if c is Color.RED:
+        return x + v
+    return x - v
+
+
+# ------------------------------------------------------------------------------ torch.func transforms
+def _loss(t):
+    return (t.sin() ** 2).sum()
+
+
+_LINEAR = torch.nn.Linear(3, 2)
+x43 = lambda: (rand(4, 3),)  # noqa: E731
+x53 = lambda: (rand(5, 3),)  # noqa: E731
+
+
+@CASES.case(x43, x53, x43, graphs=None)
+def vmap_of_jacrev(x):
+    return torch.func.vmap(torch.func.jacrev(torch.sin))(x) * 2
+
+
+def _x43_jacfwd_imported():
+    torch.func.jacfwd(torch.sin)(torch.zeros(1))  # its first use warns (imports), eager and compiled alike
+    return rand(4, 3),
+
+
+@CASES.case(_x43_jacfwd_imported, x53, graphs=None)
+def jacfwd_of_torch_function(x):
+    return torch.func.jacfwd(torch.sin)(x[0]) + 1
+
+
+@CASES.case(x43, x53, graphs=None)
+def vmap_of_lambda_and_of_grad(x):
+    a = torch.func.vmap(lambda t: t * 2 + 1)(x)
+    b = torch.func.vmap(torch.func.grad(lambda t: (t ** 3).sum()))(x)
+    return a + b
+
+
+@CASES.case(x43, x53, graphs=None)
+def grad_hessian_and_in_dims(x):
+    g = torch.func.grad(_loss)(x)
+    h = torch.func.hessian(_loss)(x[0])
+    m = torch.func.vmap(torch.mul, in_dims=(0, None))(x, x[0])
+    return g, h, m
+
+
+@CASES.case(x43, x53, graphs=None)
+def vjp_jvp_and_functional_call(x):
+    _, pullback = torch.func.vjp(torch.sin, x)
+    tangent = torch.func.jvp(torch.cos, (x,), (torch.ones_like(x),))[1]
+    params = {k: v * 2 for k, v in _LINEAR.named_parameters()}
+    return pullback(torch.ones_like(x))[0], tangent, torch.func.functional_call(_LINEAR, params, (x,))
+
+
+# ------------------------------------------------------------------------- frames reading themselves
+def _caller_locals():
+    return sorted(sys._getframe(1).f_locals)
+
+
+def _caller_locals_via_inspect():
+    import inspect
+
+    return sorted(inspect.currentframe().f_back.f_locals)
+
+
+@CASES.case(x2, graphs=None)
+def len_of_locals(x):
+    a = 1
+    y = x + a
+    return y, len(locals()), sorted(locals())
+
+
+@CASES.case(x2, graphs=None, reference_skip=TORCH_REF)
+def locals_and_getframe_after_break(x):
+    a = 1
+    y = x + a
+    print("break")
+    z = y * 2
+    return z, sorted(locals()), sorted(sys._getframe().f_locals)
+
+
+@CASES.case(x2, graphs=None, reference_skip=TORCH_REF)
+def vars_and_dir_after_break(x):
+    y = x + 1
+    print("break")
+    return y, sorted(vars()), sorted(dir())
+
+
+@CASES.case(x2, graphs=None, reference_skip=TORCH_REF)
+def helper_reads_callers_locals(x):
+    y = x + 1
+    return y, _caller_locals(), _caller_locals_via_inspect()
+
+
+@CASES.case(x2, graphs=None, reference_skip=TORCH_REF)
+def eval_reads_frame_locals(x):
+    y = x + 1
+    return eval("y * 2")
+
+
+@CASES.case(x2, graphs=None)
+def vars_of_an_object_is_not_frame_introspection(x):
+    return x + 1, vars(_Cache(3)).get("k")
+
+
 @pytest.mark.parametrize("case", CASES.params())
 def test_wrong_answers(case):
     case.run()
@@ -333,3 +494,20 @@ def test_free_variable_rebound_after_break_reaches_other_closures():
         x = rand(3)
         compare_runs(run_once(compiled, (x.clone(),)), run_once(eager_step, (x.clone(),)), f"call {call}: ")
         assert comp_k() == eager_k()
+
+
+@pytest.mark.skipif(REFERENCE, reason="counts minidynamo's compiles")
+def test_function_made_by_a_transform_is_not_guarded_by_identity():
+    """vmap(f) is a new function on every call: guarding its identity would recompile every call."""
+    cnt = CompileCounter()
+    compiled = optimize(cnt)(vmap_of_jacrev)
+    for _ in range(4):
+        x = rand(4, 3)
+        torch.testing.assert_close(compiled(x), vmap_of_jacrev(x))
+    settled = cnt.frame_count
+    for _ in range(3):
+        compiled(rand(4, 3))
+    assert cnt.frame_count == settled
+    import minidynamo
+
+    assert minidynamo.stats()["recompiles"] == 0

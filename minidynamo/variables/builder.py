@@ -23,7 +23,7 @@ from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
 from .misc import DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode, WeakRefVariable, WithExitVariable
 from .nn_module import NNModuleVariable
-from .torch import TorchVariable
+from .torch import FunctorchFunctionVariable, TorchVariable, is_functorch_function
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 
 _STABLE_MODULES = (builtins, math, operator, functools)
@@ -103,6 +103,9 @@ class VariableBuilder:
         if isinstance(value, types.ModuleType):
             self.guard(GuardKind.ID_MATCH, value)
             return PythonModuleVariable(value, source)
+        if is_functorch_function(value) and isinstance(value, types.FunctionType):
+            VariableBuilder(tx, source and AttrSource(source, "__code__")).guard(GuardKind.ID_MATCH, value.__code__)
+            return FunctorchFunctionVariable(value, source)
         if is_torch_object(value) and callable(value):
             self.guard(GuardKind.ID_MATCH, value)
             return TorchVariable(value, source)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List
 
 import torch
 
-from ..exc import unimplemented
+from ..exc import unimplemented, unimplemented_frame
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
@@ -62,6 +62,8 @@ class BuiltinVariable(VariableTracker):
         return self.fn
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if self.fn is sys._getframe:  # may walk up to the converted frame, whose locals are not the user's
+            unimplemented_frame("sys._getframe() in a function called from the frame")
         if self.fn is object.__init__:
             return ConstantVariable(None)
         if self.fn is object.__setattr__ and len(args) == 3:

@@ -1,9 +1,12 @@
 """Functions and objects from the torch namespace."""
 from __future__ import annotations
 
+import os
+import types
 from typing import Any, Dict, List
 
 import torch
+import torch.fx
 
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
@@ -39,6 +42,49 @@ _NOT_IN_GRAPH = {
     torch.save: "torch.save",
     torch.load: "torch.load",
 }
+
+
+_FUNCTORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "_functorch") + os.sep
+
+
+def is_functorch_function(value: Any) -> bool:
+    """A torch.func transform (vmap, grad, jacrev, functional_call, ...) or a function one of them
+    made (whose name and module may be those of the function it wraps)."""
+    code = getattr(value, "__code__", None)
+    return isinstance(code, types.CodeType) and code.co_filename.startswith(_FUNCTORCH_DIR)
+
+
+def _named_in_graph_code(fn: Any) -> bool:
+    """Whether the graph's generated code, which calls torch functions by their qualified name,
+    reaches `fn` by that name (a function made at run time under a torch name does not)."""
+    try:
+        name = torch.fx.node._get_qualified_name(fn)
+    except Exception:  # noqa: BLE001 - fx cannot name it: it refers to the object itself
+        return True
+    if name.split(".")[0] != "torch":
+        return True
+    value: Any = torch
+    for part in name.split(".")[1:]:
+        value = getattr(value, part, None)
+    return value is fn
+
+
+class FunctorchFunctionVariable(VariableTracker):
+    """A function a torch.func transform made (`vmap(f)`, `grad(f)`): called in Python, not traced.
+    Its identity changes on every call, so the guard is on the transform's code instead."""
+
+    def __init__(self, fn: Any, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def python_type(self) -> type:
+        return type(self.fn)
+
+    def describe(self) -> str:
+        return f"function made by a torch.func transform ({getattr(self.fn, '__qualname__', '')})"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        unimplemented(f"calling a {self.describe()}: function transforms run in Python")
 
 
 class TorchVariable(VariableTracker):
@@ -84,6 +130,10 @@ class TorchVariable(VariableTracker):
             return ConstantVariable(fn(*values, **{k: v.as_python_constant() for k, v in kwargs.items()}))
         if isinstance(fn, type):
             unimplemented(f"constructing {fn.__qualname__} inside a compiled region")
+        if is_functorch_function(fn):
+            unimplemented(f"torch.func.{fn.__name__}: function transforms run in Python, they are not traced")
+        if not _named_in_graph_code(fn):
+            unimplemented(f"{self.describe()} is not the torch function of that name (made at run time)")
         return tx.output.call_graph_op(tx, "call_function", fn, args, kwargs)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
