@@ -8,7 +8,7 @@ CSRC := $(wildcard csrc/*.c csrc/*.h)
 # Torch is pinned so pip takes the CPU wheel from local disk instead of resolving a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup build demo test bench clean
+.PHONY: setup build demo test bench fuzz clean
 
 setup: $(STAMP) $(EXT_STAMP)
 
@@ -31,6 +31,14 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+# Differential fuzzing: N random programs and mutation sequences from SEED, each compiled call compared with
+# eager; every failing case is written as a standalone repro script into FUZZ_OUT.
+SEED ?= 0
+N ?= 1000
+FUZZ_OUT ?= fuzz_failures
+fuzz: setup
+	PYTHONPATH=tests:. $(PY) -m fuzz --seed $(SEED) --n $(N) --out $(FUZZ_OUT) $(FUZZ_ARGS)
 
 bench: setup
 	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q matplotlib

@@ -1,0 +1,33 @@
+"""`python -m fuzz --seed S --n N --out DIR` (with tests/ on the path): a batch of fuzz cases, a repro per failure."""
+import argparse
+import sys
+
+from .generator import ALL_FAMILIES, KNOWN_OPEN
+from .runner import batch, worker
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
+    parser.add_argument("--seed", type=int, default=0, help="first case seed")
+    parser.add_argument("--n", type=int, default=1000, help="number of cases")
+    parser.add_argument("--out", default="fuzz_failures", help="directory for repro files")
+    parser.add_argument("--families", default=",".join(ALL_FAMILIES), help="comma-separated families to draw from")
+    parser.add_argument("--skip-known-open", action="store_true",
+                        help=f"leave out the features of known open bugs ({', '.join(KNOWN_OPEN) or 'none'})")
+    parser.add_argument("--no-minimize", action="store_true", help="write failing cases as generated")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seeds", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    families = [f for f in args.families.split(",") if f]
+    unknown = set(families) - set(ALL_FAMILIES)
+    if unknown:
+        parser.error(f"unknown families: {', '.join(sorted(unknown))}; known: {', '.join(ALL_FAMILIES)}")
+    if args.worker:
+        worker([int(s) for s in args.seeds.split(",") if s], families, args.out, not args.no_minimize, args.skip_known_open)
+        return 0
+    failures = batch(args.seed, args.n, args.out, families, not args.no_minimize, args.skip_known_open)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

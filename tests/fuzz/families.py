@@ -1,0 +1,403 @@
+"""The fuzz families: program pieces (setup, body blocks) and the mutations between calls that go with them.
+
+Templates are `str.format_map`ped: {i} the instance number, {T} a fresh tensor of the case's shape, {T1} a
+fresh (1,) tensor, {T1d} a float64 one, {TK} a fresh (k, k) tensor and {k} the last dimension."""
+from typing import TYPE_CHECKING, Callable, Dict, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from .generator import Args, Gen
+
+Family = Callable[["Gen"], None]
+Body = Union[str, Tuple[str, Tuple[str, ...]]]
+
+S_VALUES = ["0", "1", "2", "-1", "0.0", "-0.0", "1.0", "2.0", "2.5", "True", "False", "None", "(2,)", "(2.0,)",
+            "(True,)", "(1,)", "(1, 2)", "T(5, ())", "T(6, (1,), 'int64')", "'ab'"]
+LIST_VALUES = ["[1.0, 2.0]", "[]", "[T(7, (1,))]", "[1, 2.0, True]", "None", "(1.0,)", "[2]"]
+RETURNS = ["y", "y, out", "{'y': y, 'out': out}", "[y] + out", "(y, a)", "out", "y, b, s, lst", "(y,)"]
+
+PROG_CLASS = '''class Prog(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(T(11, (1,)))
+        self.register_buffer("buf", T(12, (1,)))
+        self.sub = torch.nn.Tanh()
+        self.flag = True
+
+    def helper(self, t):
+        return t * 2
+
+    def forward(self, a, b, s, lst):'''
+
+
+class _Fill(dict):
+    """Template values made on demand, fresh for each use."""
+
+    def __init__(self, gen: "Gen", i: str) -> None:
+        super().__init__(i=i, k=gen.shape[-1] if gen.shape else 1)
+        self.gen = gen
+
+    def __missing__(self, key: str) -> str:
+        k = self["k"]
+        shapes = {"T": (None, "float32"), "T1": ((1,), "float32"), "T1d": ((1,), "float64"), "TK": ((k, k), "float32")}
+        shape, dtype = shapes[key]
+        return self.gen.tensor(shape, dtype)
+
+
+def _add(gen: "Gen", family: str, i: str, setup: str = "", body: Sequence[Body] = (), mutations: Sequence[str] = (),
+         states: Sequence[str] = ()) -> None:
+    """Registers one family instance: its setup text, body templates (a template, or a template and the
+    globals it assigns) and mutation templates."""
+    from .generator import Block
+    if setup:
+        gen.setup.append(Block(family, setup.format_map(_Fill(gen, i))))
+    for entry in body:
+        template, writes = (entry, ()) if isinstance(entry, str) else entry
+        if gen.excluded(f"{family}: {template}"):
+            continue
+        gen.body_makers.setdefault(family, []).append(
+            lambda t=template, w=writes: Block(f"{family}: {t.splitlines()[0]}", t.format_map(_Fill(gen, i)),
+                                               tuple(name.format(i=i) for name in w)))
+    for template in mutations:
+        if gen.excluded(f"{family}: {template}"):
+            continue
+        gen.mutators.append(lambda t=template: ("mutate", t.format_map(_Fill(gen, i)), f"{family}: {t.splitlines()[0]}"))
+    for code in states:
+        if gen.excluded(f"{family}: {code}"):
+            continue
+        gen.mutators.append(lambda c=code: ("state", c, f"{family}: {c}"))
+
+
+# ------------------------------------------------------------------------------------------------
+# program shapes
+# ------------------------------------------------------------------------------------------------
+def tensor_ops(gen: "Gen") -> None:
+    _add(gen, "tensor_ops", "", body=[
+        "y = y + 1", "y = y * 2", "y = y - 0.5", "y = torch.sin(y)", "y = y.relu()", "y = torch.clamp(y, -1, 1)",
+        "y = torch.where(y > 0, y, -y)", "y = y.abs() + 1", "y = torch.tanh(y)", "y = y * y", "y = -y",
+        "y = y.float()", "y = y.to(torch.float64)", "y = y + b", "y = torch.maximum(y, b)", "y = y * b.sum()",
+        "y = y / 3", "y = y.sigmoid()", "y = y + y.sum()", "y = y - y.mean(-1, keepdim=True)", "y = y + y.amax(0)",
+        "y = torch.softmax(y, -1)", "y = y.cumsum(0)", "y = y * y.norm()", "y = y.sum(-1, keepdim=True) + y",
+        "y = y.t()", "y = y.transpose(0, -1)", "y = y.reshape(-1)", "y = y.unsqueeze(0)", "y = y[..., ::2]",
+        "y = y[:2]", "y = y.view(-1)", "y = y.permute(*reversed(range(y.dim())))", "y = y.squeeze()",
+        "y = y.expand(2, *y.shape)", "y = y.contiguous()",
+        "y = y @ y.transpose(-1, -2) if y.dim() >= 2 else y * y.sum()",
+        "y = (y.reshape(-1, 1) @ y.reshape(1, -1)).sum(0)", "y = torch.mm(y, y.t()) if y.dim() == 2 else y",
+        "y = torch.cat([y, y], 0) if y.dim() else y", "y = torch.stack([y, b]).sum(0)",
+    ])
+
+
+def control(gen: "Gen") -> None:
+    _add(gen, "control", "", body=[
+        "if y.dim() > 1:\n    y = y.sum(-1)\nelse:\n    y = y * 2",
+        "for i in range(3):\n    y = y * 0.5 + i",
+        "if y.dim() and y.shape[0] > 2:\n    y = y[:2]",
+        "n = y.numel()\ny = y / n if n else y",
+        "if y.dtype == torch.float64:\n    y = y.float()",
+        "if y.is_contiguous():\n    y = y + 1\nelse:\n    y = y - 1",
+        "if y.storage_offset() > 0:\n    y = y * 3",
+        "if y.requires_grad:\n    y = y * 2",
+        "if y.is_floating_point():\n    y = y.sin()\nelse:\n    y = y + 1",
+        "out.append(y.stride())", "out.append(y.storage_offset())",
+        "out.append((y.dim(), y.numel(), y.dtype, y.is_contiguous()))",
+        "y = [y * i for i in range(3)][-1]",
+        "z = y\nfor _ in range(2):\n    z = z + y\ny = z",
+        "def inner(t):\n    return t * 2 + 1\ny = inner(y)",
+        "y = (lambda t: t - 1)(y)", "y = sum([y, y, y])",
+        "c = 2\ndef scaled(t):\n    return t * c\nc = 3\ny = scaled(y)",
+        "n = 0\ndef bump():\n    nonlocal n\n    n += 1\nbump()\nbump()\ny = y + n",
+    ])
+
+
+def breaks(gen: "Gen") -> None:
+    _add(gen, "breaks", "", body=[
+        "if y.sum() > 0:\n    y = y + 1\nelse:\n    y = y - 1",
+        "print('dbg', tuple(y.shape), y.dtype)",
+        "k = int(y.sum() > 0)\ny = y * (k + 1)",
+        "if y.numel() and y.max().item() > 0.5:\n    y = y * 0.5",
+        "for i in range(2):\n    if y.sum() > i:\n        y = y - 1",
+        "with torch.no_grad():\n    print('no_grad', torch.is_grad_enabled())\n    y = y * 2",
+        "g = lambda t: t + 1\nprint('break')\ng = lambda t: t * 2\ny = g(y)",
+        "try:\n    print('try')\n    y = y + 1\nexcept ValueError:\n    y = y - 1",
+        "c = 1\ndef g2(t):\n    return t + c\nprint('b')\nc = 2\ny = g2(y)",
+        "n = 0\ndef bump():\n    nonlocal n\n    n += 1\nbump()\nprint('x')\nbump()\ny = y + n",
+        "y = y.nonzero().float().sum() + y",
+        "y = y + (1 if y.sum().item() > 0 else 2)",
+    ])
+
+
+def containers_ret(gen: "Gen") -> None:
+    _add(gen, "containers_ret", "", body=[
+        "out.append(y.sum())", "out.append(y.shape)", "out.append(len(out))", "out.extend([y, y])",
+        "out.append(a)", "out.append({{'k': y, 'n': y.dim()}})", "out.append({{j: j * 2 for j in range(3)}})",
+        "out.append(y.dtype)", "out.append((y, [y.dim()]))", "out.append(out[-1] if out else None)",
+        "out = out + [y]", "out.append(set(range(y.dim())))", "d = dict(a=y)\nd['b'] = y + 1\nout.append(d)",
+        "out.append(list(y.shape))", "out.append(y.T if y.dim() == 2 else y)", "out.append(y[0] if y.dim() else y)",
+        "out.append(a[:1] if a.dim() else a)", "out.append(a.t() if a.dim() == 2 else a)",
+    ])
+
+
+def inplace(gen: "Gen") -> None:
+    _add(gen, "inplace", "", body=[
+        "y.add_(1)", "y.mul_(2)", "if y.dim():\n    y[0] = 0", "y.clamp_(min=0)", "a.add_(1)", "b.zero_()",
+        "y.copy_(b)", "out.append(y.add_(0) is y)", "if a.dim() == 2:\n    a.t_()", "y = y.clone()\ny.add_(1)",
+        "y.sub_(b)", "y += 1", "y *= b", "a[...] = a * 2", "v = y.view(-1)\nv.add_(1)",
+        "lst.append(y.sum())", "b.copy_(a)",
+    ])
+
+
+def rng(gen: "Gen") -> None:
+    _add(gen, "rng", "", body=[
+        "y = y + torch.rand_like(y)", "y = torch.nn.functional.dropout(y, 0.5, training=True)",
+        "y = y * torch.randn(y.shape)", "out.append(torch.randint(0, 10, (2,)))",
+        "torch.manual_seed(3)\ny = y + torch.rand(1)",
+    ])
+
+
+# ------------------------------------------------------------------------------------------------
+# state read by the program and changed between calls
+# ------------------------------------------------------------------------------------------------
+def globals_(gen: "Gen") -> None:
+    i = gen.name("")
+    _add(gen, "globals", i,
+         setup="GT{i} = {T}\nGF{i} = True\nGN{i} = 2\nGS{i} = 1.5",
+         body=["y = y + GT{i}", "if GF{i}:\n    y = y * 2", "for _ in range(GN{i}):\n    y = y + 1", "y = y * GS{i}",
+               ("GW{i} = y.sum()", ("GW{i}",)), ("GN{i} = GN{i} + 1", ("GN{i}",)), "out.append(GF{i})"],
+         mutations=["GT{i} = {T}", "GT{i}.add_(1)", "GT{i} = GT{i}.double()", "GT{i} = 3", "GF{i} = not GF{i}",
+                    "GF{i} = 0", "GF{i} = None", "GN{i} = 3", "GN{i} = 0", "GS{i} = -0.0", "GS{i} = 2",
+                    "GS{i} = True", "GS{i} = 2.5", "GT{i} = GT{i}.t() if GT{i}.dim() == 2 else GT{i}[None]"])
+
+
+def closures(gen: "Gen") -> None:
+    i = gen.name("")
+    _add(gen, "closures", i,
+         setup=("def _make_k{i}():\n    c = 2.0\n\n    def k(t):\n        return t * c\n\n"
+                "    def set_c(v):\n        nonlocal c\n        c = v\n\n    return k, set_c\n\n\nK{i}, SETK{i} = _make_k{i}()"),
+         body=["y = K{i}(y)", "out.append(K{i}.__closure__[0].cell_contents)"],
+         mutations=["SETK{i}(3.0)", "SETK{i}(-0.0)", "SETK{i}(2)", "SETK{i}(True)",
+                    "K{i}.__closure__[0].cell_contents = 0.5", "K{i} = lambda t: t + 1", "K{i} = _make_k{i}()[0]"])
+
+
+def modules(gen: "Gen") -> None:
+    i = gen.name("")
+    kind = gen.rng.choice(("mod", "seq", "linear"))
+    if kind == "mod":
+        _add(gen, "modules", i, setup=_MOD_CLASS, body=[
+            "y = MOD{i}(y)", "out.append(MOD{i}.w.requires_grad)", "for p in MOD{i}.parameters():\n    y = y + p.sum()",
+            "y = MOD{i}.helper(y)", "for name, bf in MOD{i}.named_buffers():\n    y = y + bf",
+            "y = y * len(list(MOD{i}.children()))", "if MOD{i}.training:\n    y = y + 1", "out.append(MOD{i}.scale)",
+            "MOD{i}.calls = getattr(MOD{i}, 'calls', 0) + 1"],
+            mutations=["MOD{i}.w = torch.nn.Parameter({T1})", "MOD{i}.w = torch.nn.Parameter({T1d})", "MOD{i}.buf = None",
+                       "MOD{i}.register_buffer('buf', {T1})", "MOD{i}.sub = torch.nn.Tanh()", "MOD{i}.sub = torch.nn.Identity()",
+                       "MOD{i}.train()", "MOD{i}.eval()", "MOD{i}.scale = 3.0", "MOD{i}.requires_grad_(False)",
+                       "MOD{i}.w.data.mul_(2)", "MOD{i}.forward = types.MethodType(lambda self, t: t - 1, MOD{i})",
+                       "Mod{i}.forward = lambda self, t: t + self.w", "MOD{i} = Mod{i}()", "MOD{i}.to(torch.float64)",
+                       "MOD{i}.helper = lambda t: t * 0", "Mod{i}.helper = lambda self, t: t * 5",
+                       "MOD{i}.sub = torch.nn.Sequential(torch.nn.Tanh(), torch.nn.ReLU())", "MOD{i}.w.requires_grad_(False)",
+                       "MOD{i}.load_state_dict({{'w': {T1}, 'buf': {T1}}})"])
+    elif kind == "seq":
+        _add(gen, "modules", i,
+             setup="SEQ{i} = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Identity())\nML{i} = torch.nn.ModuleList([torch.nn.ReLU()])",
+             body=["y = SEQ{i}(y)", "for m in SEQ{i}:\n    y = m(y)", "y = y * len(SEQ{i})", "y = SEQ{i}[0](y)",
+                   "for m in ML{i}:\n    y = m(y)", "y = y + len(ML{i})"],
+             mutations=["SEQ{i}.append(torch.nn.Tanh())", "SEQ{i}[0] = torch.nn.Sigmoid()", "del SEQ{i}[0]",
+                        "ML{i}.append(torch.nn.Tanh())", "ML{i}[0] = torch.nn.Identity()", "ML{i}.extend([torch.nn.Softsign()])"])
+    else:
+        _add(gen, "modules", i, setup="LIN{i} = torch.nn.Linear({k}, {k})",
+             body=["y = LIN{i}(y)", "out.append(LIN{i}.weight.requires_grad)", "y = y + LIN{i}.bias.sum()"],
+             mutations=["LIN{i}.weight = torch.nn.Parameter({TK})", "LIN{i}.bias = None", "LIN{i}.weight.data.mul_(2)",
+                        "LIN{i}.requires_grad_(False)", "with torch.no_grad():\n    LIN{i}.bias.add_(1)",
+                        "LIN{i}.load_state_dict(torch.nn.Linear({k}, {k}).state_dict())", "LIN{i}.double()"])
+
+
+_MOD_CLASS = '''class Mod{i}(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter({T1})
+        self.register_buffer("buf", {T1})
+        self.sub = torch.nn.ReLU()
+        self.scale = 2.0
+
+    def helper(self, t):
+        return t + self.scale
+
+    def forward(self, t):
+        t = t * self.w
+        if self.buf is not None:
+            t = t + self.buf
+        t = self.sub(t)
+        if self.training:
+            t = t * self.scale
+        return self.helper(t)
+
+
+MOD{i} = Mod{i}()'''
+
+
+def module_target(gen: "Gen") -> None:
+    _add(gen, "module_target", "", body=[
+        "y = y * self.w", "y = y + self.buf", "y = self.sub(y)", "if self.flag:\n    y = y + 1",
+        "if self.training:\n    y = y * 0.5", "y = self.helper(y)", "out.append(self.w.requires_grad)",
+        "self.count = getattr(self, 'count', 0) + 1"],
+        mutations=["PROG.w = torch.nn.Parameter({T1})", "PROG.buf = None", "PROG.register_buffer('buf', {T1d})",
+                   "PROG.sub = torch.nn.ReLU()", "PROG.flag = False", "PROG.flag = True", "PROG.train()", "PROG.eval()",
+                   "PROG.requires_grad_(False)", "PROG.helper = lambda t: t - 1", "Prog.helper = lambda self, t: t * 3",
+                   "PROG.w.data.mul_(2)", "PROG.forward = types.MethodType(lambda self, a, b, s, lst: a * 2, PROG)"])
+
+
+def objects(gen: "Gen") -> None:
+    i = gen.name("")
+    _add(gen, "objects", i, setup=_OBJ_CLASS, body=[
+        "y = O{i}.m(y)", "y = y * O{i}.p", "y = y + O{i}.k", "if hasattr(O{i}, 'extra'):\n    y = y + O{i}.extra",
+        "y = y + getattr(O{i}, 'extra', 0)", "y = y * len(O{i}.items)", "O{i}.last = y.dim()", "O{i}.items.append(1)",
+        "y = H{i}(y)", "y = P{i}(y, 1)", "out.append(hasattr(P{i}, 'func'))", "out.append(O{i}.cached is O{i}.cached)"],
+        mutations=["O{i}.scale = 3.0", "O{i}.scale = -0.0", "O{i}.extra = 1.5", "O{i}.__dict__.pop('extra', None)",
+                   "Obj{i}.m = lambda self, t: t - self.scale", "O{i}.m = types.MethodType(lambda self, t: t * 0.5, O{i})",
+                   "O{i}.m = lambda t: t + 3", "Obj{i}.k = 2.0", "O{i}.k = 5.0", "O{i}.items.append(3)", "O{i} = Obj{i}()",
+                   "H{i}.__code__ = (lambda t: t * 3).__code__", "H{i} = lambda t: t - 2",
+                   "P{i} = functools.partial(torch.mul)", "Obj{i}.p = property(lambda self: 7)"])
+
+
+_OBJ_CLASS = '''class Obj{i}:
+    k = 1.0
+
+    def __init__(self):
+        self.scale = 2.0
+        self.items = [1, 2]
+
+    def m(self, t):
+        return t * self.scale + self.k
+
+    @property
+    def p(self):
+        return self.scale * 2
+
+    @functools.cached_property
+    def cached(self):
+        return [self.scale]
+
+
+O{i} = Obj{i}()
+
+
+def H{i}(t):
+    return t + 1
+
+
+P{i} = functools.partial(torch.add, alpha=2)'''
+
+
+def containers(gen: "Gen") -> None:
+    i = gen.name("")
+    _add(gen, "containers", i,
+         setup="GL{i} = [1.0, 2.0]\nGD{i} = {{'a': 1.0, 'b': 2}}\nGSET{i} = {{1, 2}}\nGV{i} = GD{i}.values()",
+         body=["for v in GL{i}:\n    y = y + v", "y = y * len(GL{i})", "y = y + GD{i}.get('a', 0)",
+               "if 'c' in GD{i}:\n    y = y - GD{i}['c']", "for key, v in GD{i}.items():\n    y = y + v",
+               "y = y * len(GSET{i})", "if 3 in GSET{i}:\n    y = y + 3", "y = y + len(GV{i})", "y = y + sum(GV{i})",
+               "GL{i}.append(1.0)", "GD{i}['w'] = y.dim()", "GSET{i}.add(7)", "out.append(GL{i})"],
+         mutations=["GL{i}.append(3)", "GL{i}[0] = -0.0", "GL{i}.clear()", "GL{i} = [2, 2.0]", "GD{i}['c'] = 1",
+                    "GD{i}.pop('a', None)", "GD{i}['a'] = True", "GSET{i}.add(3)", "GSET{i}.discard(1)",
+                    "GSET{i} = frozenset({{1}})", "GD{i}['b'] = 2.0"])
+
+
+def identity(gen: "Gen") -> None:
+    i = gen.name("")
+    _add(gen, "identity", i,
+         setup="class Color{i}(enum.Enum):\n    R = 1\n    G = 2\n\n\nSENT{i} = object()\nCUR{i} = Color{i}.R",
+         body=["if CUR{i} is Color{i}.R:\n    y = y + 1", "if CUR{i} == Color{i}.G:\n    y = y * 2", "y = y + CUR{i}.value",
+               "if CUR{i} in [Color{i}.R]:\n    y = y - 1", "if CUR{i} is SENT{i}:\n    y = y * 0",
+               "if s is Color{i}.R:\n    y = y + 1\nelif s == Color{i}.G:\n    y = y - 1",
+               "if isinstance(s, Color{i}):\n    print('enum')\n    y = y * s.value", "if s is SENT{i}:\n    y = y + 5"],
+         mutations=["CUR{i} = Color{i}.G", "CUR{i} = Color{i}.R", "CUR{i} = SENT{i}", "CUR{i} = None"])
+    gen.arg_changers.append(lambda args: _set_s(args, gen.rng.choice([f"Color{i}.R", f"Color{i}.G", f"SENT{i}"])))
+
+
+def torch_state(gen: "Gen") -> None:
+    _add(gen, "torch_state", "", body=[
+        "if torch.is_grad_enabled():\n    y = y * 2", "out.append(torch.are_deterministic_algorithms_enabled())",
+        "y = y + torch.ones(1)", "y = y.to(torch.get_default_dtype())", "out.append(torch.is_autocast_enabled('cpu'))",
+        "out.append(torch.autograd._profiler_enabled())", "with torch.no_grad():\n    y = y * 2",
+        "with torch.enable_grad():\n    y = y + 1",
+        "with torch.autocast('cpu'):\n    z = y.float() @ y.float().transpose(-1, -2) if y.dim() >= 2 else y\nout.append(z)",
+        "with torch.set_grad_enabled(False):\n    y = y - 1",
+        "prev = torch.is_grad_enabled()\ntorch.set_grad_enabled(False)\ny = y * 2\ntorch.set_grad_enabled(prev)",
+        "y = y @ y.mT if y.dim() >= 2 else y", "out.append(torch.get_default_dtype())",
+        "if torch.are_deterministic_algorithms_enabled():\n    y = y + 1"],
+        states=["torch.set_grad_enabled(False)", "torch.set_grad_enabled(True)", "torch.set_default_dtype(torch.float64)",
+                "torch.set_default_dtype(torch.float32)", "torch.use_deterministic_algorithms(True)",
+                "torch.use_deterministic_algorithms(False)", "torch.set_autocast_enabled('cpu', True)",
+                "torch.set_autocast_enabled('cpu', False)"])
+
+
+# ------------------------------------------------------------------------------------------------
+# arguments changed between calls
+# ------------------------------------------------------------------------------------------------
+def arg_types(gen: "Gen") -> None:
+    _add(gen, "arg_types", "", body=[
+        "if s is None:\n    y = y + 1\nelif isinstance(s, tuple):\n    y = y * len(s) + s[0]\n"
+        "elif isinstance(s, torch.Tensor):\n    y = y + s.sum()\nelse:\n    y = y * s",
+        "y = y + (s if isinstance(s, (int, float)) else 0)", "if s:\n    y = y + 1",
+        "if type(s) is float:\n    y = y * math.copysign(1.0, s)", "out.append(s)", "if s == 2:\n    y = y * 2",
+        "if s is True:\n    y = y - 1", "y = y * torch.tensor(s)", "y = y + torch.full((), s) if isinstance(s, (int, float)) else y",
+        "out.append(repr(s) if isinstance(s, (int, float, tuple, str, type(None))) else type(s).__name__)", "if isinstance(s, bool):\n    y = y + 10", "y = y * (s[0] if isinstance(s, tuple) else 1)",
+        "for v in lst:\n    y = y + v", "y = y * len(lst)", "if lst:\n    y = y + lst[0]", "out.append(lst)",
+        "lst.append(y.dim())"])
+    gen.arg_changers += [
+        lambda args: _set_s(args, gen.rng.choice([v for v in S_VALUES if not gen.excluded(f"arg_types: s = {v}")])),
+        lambda args: _set(args, "lst", gen.rng.choice(LIST_VALUES), "arg_types: lst"),
+        lambda args: _set(args, "s_keyword", not args.s_keyword, "arg_types: s as keyword"),
+    ]
+
+
+def _set_s(args: "Args", value: str) -> str:
+    return _set(args, "s", value, f"arg_types: s = {value}")
+
+
+def _set(args: "Args", attr: str, value, tag: str) -> str:
+    setattr(args, attr, value)
+    return tag
+
+
+def arg_tensors(gen: "Gen") -> None:
+    rng = gen.rng
+
+    def change(args: "Args") -> str:
+        which = "b" if args.b is not None and rng.random() < 0.3 else "a"
+        spec = getattr(args, which)
+        aspect = rng.choice([x for x in ("dtype", "layout", "offset", "rg", "shape", "alias")
+                             if not gen.excluded(f"arg_tensors: {x}")] or ["rg"])
+        if aspect == "alias":
+            args.b = None if args.b is not None else dict(args.a, seed=gen.seed())
+            return "arg_tensors: alias b is a" if args.b is None else "arg_tensors: b separate"
+        spec[aspect] = {
+            "dtype": lambda: rng.choice(("float32", "float64", "int64", "bool", "bfloat16")),
+            "layout": lambda: rng.choice(("c", "t", "s") + (("cl",) if len(spec["shape"]) == 4 else ())),
+            "offset": lambda: rng.choice((0, 1, 3)),
+            "rg": lambda: not spec.get("rg", False),
+            "shape": lambda: _new_shape(rng, spec["shape"]),
+        }[aspect]()
+        return f"arg_tensors: {which}.{aspect} = {spec[aspect]!r}"
+
+    gen.arg_changers.append(change)
+
+
+def _new_shape(rng, shape: Sequence[int]) -> Tuple[int, ...]:
+    if shape and rng.random() < 0.7:
+        return tuple(rng.randint(1, 5) if rng.random() < 0.5 else d for d in shape)
+    return tuple(rng.randint(1, 4) for _ in range(rng.choice((0, 1, 2, 3))))
+
+
+def backward(gen: "Gen") -> None:
+    gen.arg_changers.append(lambda args: _set_rg(args))
+
+
+def _set_rg(args: "Args") -> str:
+    args.a["rg"] = True
+    return "backward: a.rg = True"
+
+
+FAMILIES: Dict[str, Family] = {
+    "tensor_ops": tensor_ops, "control": control, "breaks": breaks, "containers_ret": containers_ret,
+    "inplace": inplace, "rng": rng, "globals": globals_, "closures": closures, "modules": modules,
+    "module_target": module_target, "objects": objects, "containers": containers, "identity": identity,
+    "torch_state": torch_state, "arg_types": arg_types, "arg_tensors": arg_tensors, "backward": backward,
+}
