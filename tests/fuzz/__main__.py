@@ -14,7 +14,8 @@ def main(argv=None) -> int:
     parser.add_argument("--families", default=",".join(ALL_FAMILIES), help="comma-separated families to draw from")
     parser.add_argument("--skip-known-open", action="store_true",
                         help=f"leave out the features of known open bugs ({', '.join(KNOWN_OPEN) or 'none'})")
-    parser.add_argument("--no-minimize", action="store_true", help="write failing cases as generated")
+    parser.add_argument("--minimize", choices=("all", "new", "none"), default="new",
+                        help="which failing cases to minimise: all, those using no known open feature (default), none")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seeds", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -23,9 +24,9 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"unknown families: {', '.join(sorted(unknown))}; known: {', '.join(ALL_FAMILIES)}")
     if args.worker:
-        worker([int(s) for s in args.seeds.split(",") if s], families, args.out, not args.no_minimize, args.skip_known_open)
+        worker([int(s) for s in args.seeds.split(",") if s], families, args.out, args.minimize, args.skip_known_open)
         return 0
-    failures = batch(args.seed, args.n, args.out, families, not args.no_minimize, args.skip_known_open)
+    failures = batch(args.seed, args.n, args.out, families, args.minimize, args.skip_known_open)
     return 1 if failures else 0
 
 

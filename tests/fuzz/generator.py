@@ -13,19 +13,15 @@ KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
         "module_target: PROG.", "module_target: Prog.", "module_target: self.count"),
     "facts read without a guard: hasattr / getattr with a default on objects": (
         "objects: if hasattr(", "objects: y = y + getattr("),
-    "wrong answers: hasattr(partial, 'func'), cached_property identity, x.add_(0) is x": (
-        "objects: out.append(hasattr(P", "objects: out.append(O{i}.cached", "inplace: out.append(y.add_(0) is y)"),
     "side effects: set.add on a global set": ("containers: GSET{i}.add(7)",),
-    "global state: autocast left enabled, grad mode after a break inside no_grad": (
-        "torch_state: with torch.autocast", "breaks: with torch.no_grad"),
-    "cells across a graph break: closure rebound, nonlocal counter": ("breaks: g = lambda", "breaks: c = 1", "breaks: n = 0"),
+    "global state: autocast left enabled": ("torch_state: with torch.autocast",),
     "global state read without a guard: default dtype, deterministic algorithms": (
         "torch_state: torch.set_default_dtype", "torch_state: torch.use_deterministic_algorithms"),
     "patched methods, properties and __code__ on classes, instances and functions": (
         "objects: Obj{i}.m", "objects: O{i}.m", "objects: Obj{i}.p", "objects: H{i}.__code__"),
     "identity guards: an enum member or sentinel (global or argument) compared with is / == / in": ("identity: if ",),
-    "cpp backend: outputs lose their aliasing (views come back as copies, equal values as one tensor); "
-    "values where eager raises (abs of bool)": ("backend: cpp",),
+    "cpp backend: outputs lose their aliasing (views come back as copies, equal values as one tensor); values "
+    "where eager raises (abs of bool); grad mode left off by a break inside no_grad": ("backend: cpp",),
     "resume code: a list built before a data-dependent branch (UnboundLocalError ___built0)": (
         "breaks: if y.sum() > 0", "breaks: for i in range(2)", "breaks: if y.numel()", "breaks: y = y + (1 if"),
 }
@@ -77,6 +73,11 @@ class Case:
             lines += _indent("\n".join(body), 8)
             lines += ["", "", "PROG = Prog()"]
         return "\n".join(lines) + "\n"
+
+    def known_open(self) -> List[str]:
+        """The KNOWN_OPEN bug classes whose features this case uses."""
+        tags = [block.tag for block in self.body] + [step[2] for step in self.steps] + [f"backend: {self.backend}"]
+        return [name for name, prefixes in KNOWN_OPEN.items() if any(tag.startswith(prefixes) for tag in tags)]
 
     def run_steps(self) -> List[Tuple[str, ...]]:
         """Steps as runtime.run_case takes them (tags dropped)."""

@@ -1,5 +1,6 @@
 """Running cases: one in this process, or a batch in a worker process that a crash or hang cannot take down."""
 import collections
+import dataclasses
 import json
 import os
 import queue
@@ -9,7 +10,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import repro
 from .generator import ALL_FAMILIES, Case, generate
@@ -26,6 +27,7 @@ class Failure:
     what: str  # the aspect that differed: result, args, globals, exception, torch state, stdout, ...
     message: str
     path: str = ""  # the repro file, once written
+    known: Tuple[str, ...] = ()  # KNOWN_OPEN classes whose features the case uses
 
 
 def run_one(case: Case) -> Optional[Failure]:
@@ -48,13 +50,18 @@ def minimized(case: Case, failure: Failure, budget: int = 80) -> Case:
     return repro.minimize(case, still_fails, budget)
 
 
-def run_and_record(case: Case, out_dir: Optional[str], minimize: bool = True) -> Optional[Failure]:
-    """Runs `case`; on a failure writes its repro (minimised, plus the original) into `out_dir`."""
+def run_and_record(case: Case, out_dir: Optional[str], minimize: str = "all") -> Optional[Failure]:
+    """Runs `case`; on a failure writes its repro into `out_dir`, minimised (the original beside it) when
+    `minimize` is "all", or "new" and the case uses no feature of a known open bug."""
     failure = run_one(case)
     if failure is None or out_dir is None:
         return failure
+    failure.known = tuple(case.known_open())
+    if minimize == "none" or (failure.known and minimize == "new"):
+        failure.path = repro.write(case, out_dir, failure.message)
+        return failure
     repro.write(case, out_dir, failure.message, suffix="_full")
-    small = minimized(case, failure) if minimize and failure.what != "harness" else case
+    small = minimized(case, failure) if failure.what != "harness" else case
     again = run_one(small) or failure
     failure.path = repro.write(small, out_dir, again.message)
     failure.message = again.message
@@ -64,22 +71,21 @@ def run_and_record(case: Case, out_dir: Optional[str], minimize: bool = True) ->
 # ------------------------------------------------------------------------------------------------
 # batches: `python -m fuzz --seed S --n N --out DIR`
 # ------------------------------------------------------------------------------------------------
-def worker(seeds: Sequence[int], families: Sequence[str], out_dir: str, minimize: bool, skip_known_open: bool) -> None:
+def worker(seeds: Sequence[int], families: Sequence[str], out_dir: str, minimize: str, skip_known_open: bool) -> None:
     """Runs the cases one after another, one protocol line each on stdout."""
     warnings.simplefilter("ignore")
     for seed in seeds:
         print(f"{_PROTOCOL}start {seed}", flush=True)
         failure = run_and_record(generate(seed, families, skip_known_open=skip_known_open), out_dir, minimize)
-        record = {"seed": seed} if failure is None else {"seed": seed, "what": failure.what,
-                                                         "message": failure.message, "path": failure.path}
+        record = {"seed": seed} if failure is None else dataclasses.asdict(failure)
         print(f"{_PROTOCOL}done {json.dumps(record)}", flush=True)
 
 
-def batch(seed: int, n: int, out_dir: str, families: Sequence[str] = ALL_FAMILIES, minimize: bool = True,
+def batch(seed: int, n: int, out_dir: str, families: Sequence[str] = ALL_FAMILIES, minimize: str = "new",
           skip_known_open: bool = False) -> List[Failure]:
     """Runs cases seed .. seed+n-1 in worker processes (restarted after a crash or a hang); writes a repro
     per failing case into `out_dir`, the workers' stderr into worker.log and a summary; returns the failures."""
-    options = (["--skip-known-open"] if skip_known_open else []) + ([] if minimize else ["--no-minimize"])
+    options = (["--skip-known-open"] if skip_known_open else []) + ["--minimize", minimize]
     pending = list(range(seed, seed + n))
     failures: List[Failure] = []
     started = time.time()
@@ -131,20 +137,23 @@ def _follow(proc: subprocess.Popen, pending: List[int], failures: List[Failure])
         pending.remove(record["seed"])
         current = None
         if "what" in record:
-            failures.append(Failure(record["seed"], record["what"], record["message"], record["path"]))
-            print(f"seed {record['seed']}: {record['message'][:300]} -> {record['path']}", flush=True)
+            failure = Failure(**dict(record, known=tuple(record["known"])))
+            failures.append(failure)
+            known = f" [known: {'; '.join(k.split(':')[0] for k in failure.known)}]" if failure.known else " [NEW]"
+            print(f"seed {failure.seed}:{known} {failure.message[:300]} -> {failure.path}", flush=True)
         if len(pending) % 100 == 0:
             print(f"... {len(pending)} cases left, {len(failures)} failures", flush=True)
 
 
 def _summary(seed: int, n: int, failures: List[Failure], out_dir: str, seconds: float) -> None:
-    by_what: Dict[str, List[int]] = collections.defaultdict(list)
+    groups: Dict[str, List[int]] = collections.defaultdict(list)
     for f in failures:
-        by_what[f.what].append(f.seed)
+        groups[f"{f.what}, {'uses known open features' if f.known else 'NEW (no known open feature)'}"].append(f.seed)
     lines = [f"{n} cases from seed {seed} in {seconds:.0f} s: {len(failures)} failing"]
-    lines += [f"  {what}: {len(seeds)} (seeds {', '.join(map(str, seeds[:20]))})" for what, seeds in sorted(by_what.items())]
+    lines += [f"  {key}: {len(seeds)} (seeds {', '.join(map(str, seeds[:20]))})" for key, seeds in sorted(groups.items())]
     text = "\n".join(lines)
     print(text)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"summary_{seed}_{n}.txt"), "w") as f:
-        f.write(text + "\n" + "\n".join(f"{x.seed}\t{x.what}\t{x.path}\t{x.message}" for x in failures) + "\n")
+        f.write(text + "\n" + "\n".join(f"{x.seed}\t{x.what}\t{x.path}\t{x.message}\t{'; '.join(x.known)}"
+                                        for x in failures) + "\n")
