@@ -13,7 +13,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="fuzz_failures", help="directory for repro files")
     parser.add_argument("--families", default=",".join(ALL_FAMILIES), help="comma-separated families to draw from")
     parser.add_argument("--skip-known-open", action="store_true",
-                        help=f"leave out the features of known open bugs ({', '.join(KNOWN_OPEN) or 'none'})")
+                        help="leave out the features of the known open bugs (generator.KNOWN_OPEN)")
+    parser.add_argument("--probe", metavar="TEXT",
+                        help="leave out the features of every known open bug except those whose name contains TEXT")
+    parser.add_argument("--skip-indices", default="", help=argparse.SUPPRESS)
     parser.add_argument("--minimize", choices=("all", "new", "none"), default="new",
                         help="which failing cases to minimise: all, those using no known open feature (default), none")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -23,10 +26,16 @@ def main(argv=None) -> int:
     unknown = set(families) - set(ALL_FAMILIES)
     if unknown:
         parser.error(f"unknown families: {', '.join(sorted(unknown))}; known: {', '.join(ALL_FAMILIES)}")
+    names = list(KNOWN_OPEN)
     if args.worker:
-        worker([int(s) for s in args.seeds.split(",") if s], families, args.out, args.minimize, args.skip_known_open)
+        skip = [names[int(i)] for i in args.skip_indices.split(",") if i]
+        worker([int(s) for s in args.seeds.split(",") if s], families, args.out, args.minimize, skip)
         return 0
-    failures = batch(args.seed, args.n, args.out, families, args.minimize, args.skip_known_open)
+    if args.probe:
+        skip = [name for name in names if args.probe.lower() not in name.lower()]
+    else:
+        skip = names if args.skip_known_open else []
+    failures = batch(args.seed, args.n, args.out, families, args.minimize, skip)
     return 1 if failures else 0
 
 

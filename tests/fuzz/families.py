@@ -165,6 +165,12 @@ def globals_(gen: "Gen") -> None:
          mutations=["GT{i} = {T}", "GT{i}.add_(1)", "GT{i} = GT{i}.double()", "GT{i} = 3", "GF{i} = not GF{i}",
                     "GF{i} = 0", "GF{i} = None", "GN{i} = 3", "GN{i} = 0", "GS{i} = -0.0", "GS{i} = 2",
                     "GS{i} = True", "GS{i} = 2.5", "GT{i} = GT{i}.t() if GT{i}.dim() == 2 else GT{i}[None]"])
+    gen.arg_changers.append(lambda args: _pass_global(args, gen.rng.choice((f"GT{i}", f"GT{i}[:1]", f"GT{i}.view(-1)"))))
+
+
+def _pass_global(args: "Args", expr: str) -> str:
+    args.a = dict(args.a, expr=expr)
+    return f"globals: a = {expr}"
 
 
 def closures(gen: "Gen") -> None:
@@ -363,6 +369,7 @@ def arg_tensors(gen: "Gen") -> None:
     def change(args: "Args") -> str:
         which = "b" if args.b is not None and rng.random() < 0.3 else "a"
         spec = getattr(args, which)
+        spec.pop("expr", None)
         aspect = rng.choice([x for x in ("dtype", "layout", "offset", "rg", "shape", "alias")
                              if not gen.excluded(f"arg_tensors: {x}")] or ["rg"])
         if aspect == "alias":

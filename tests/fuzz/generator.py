@@ -9,7 +9,7 @@ from . import families
 # them. Each names a bug class and the template prefixes ("family: template") that run into it.
 KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
     "module guards: parameters, buffers, submodules, containers, class and instance patches, added attributes": (
-        "modules: MOD", "modules: Mod", "modules: SEQ", "modules: ML", "modules: LIN", "modules: with torch.no_grad",
+        "modules: MOD", "modules: Mod", "modules: SEQ", "modules: ML", "modules: LIN", "modules: del ", "modules: with ",
         "module_target: PROG.", "module_target: Prog.", "module_target: self.count"),
     "facts read without a guard: hasattr / getattr with a default on objects": (
         "objects: if hasattr(", "objects: y = y + getattr("),
@@ -139,16 +139,19 @@ class Args:
 
 
 def _tensor_expr(spec: Dict) -> str:
+    if "expr" in spec:  # a program value passed in (a global tensor, a view of one)
+        return spec["expr"]
     extra = "".join(f", {k}={spec[k]!r}" for k in ("layout", "offset", "rg") if spec.get(k) not in (None, "c", 0, False))
     dtype = f", {spec['dtype']!r}" if spec["dtype"] != "float32" else ""
     return f"T({spec['seed']}, {tuple(spec['shape'])}{dtype}{extra})"
 
 
 def generate(seed: int, allowed: Sequence[str] = ALL_FAMILIES, backend: Optional[str] = None,
-             skip_known_open: bool = False) -> Case:
-    """The case for `seed`: the same seed (and arguments) always gives the same case."""
+             skip: Sequence[str] = ()) -> Case:
+    """The case for `seed`: the same seed (and arguments) always gives the same case. `skip` names KNOWN_OPEN
+    classes whose features are left out."""
     rng = random.Random(seed)
-    skipped = tuple(p for prefixes in KNOWN_OPEN.values() for p in prefixes) if skip_known_open else ()
+    skipped = tuple(p for name in skip for p in KNOWN_OPEN[name])
     drawn = "cpp" if rng.random() < CPP_FRACTION else "eager"  # drawn even when given: the rest stays the same
     if backend is None:
         backend = "eager" if drawn == "cpp" and skipped and "backend: cpp".startswith(skipped) else drawn

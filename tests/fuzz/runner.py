@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import repro
-from .generator import ALL_FAMILIES, Case, generate
+from .generator import ALL_FAMILIES, KNOWN_OPEN, Case, generate
 
 _PROTOCOL = "@@fuzz "
 CASE_TIMEOUT_S = 300
@@ -71,21 +71,22 @@ def run_and_record(case: Case, out_dir: Optional[str], minimize: str = "all") ->
 # ------------------------------------------------------------------------------------------------
 # batches: `python -m fuzz --seed S --n N --out DIR`
 # ------------------------------------------------------------------------------------------------
-def worker(seeds: Sequence[int], families: Sequence[str], out_dir: str, minimize: str, skip_known_open: bool) -> None:
+def worker(seeds: Sequence[int], families: Sequence[str], out_dir: str, minimize: str, skip: Sequence[str]) -> None:
     """Runs the cases one after another, one protocol line each on stdout."""
     warnings.simplefilter("ignore")
     for seed in seeds:
         print(f"{_PROTOCOL}start {seed}", flush=True)
-        failure = run_and_record(generate(seed, families, skip_known_open=skip_known_open), out_dir, minimize)
+        failure = run_and_record(generate(seed, families, skip=skip), out_dir, minimize)
         record = {"seed": seed} if failure is None else dataclasses.asdict(failure)
         print(f"{_PROTOCOL}done {json.dumps(record)}", flush=True)
 
 
 def batch(seed: int, n: int, out_dir: str, families: Sequence[str] = ALL_FAMILIES, minimize: str = "new",
-          skip_known_open: bool = False) -> List[Failure]:
+          skip: Sequence[str] = ()) -> List[Failure]:
     """Runs cases seed .. seed+n-1 in worker processes (restarted after a crash or a hang); writes a repro
     per failing case into `out_dir`, the workers' stderr into worker.log and a summary; returns the failures."""
-    options = (["--skip-known-open"] if skip_known_open else []) + ["--minimize", minimize]
+    indices = [str(i) for i, name in enumerate(KNOWN_OPEN) if name in skip]
+    options = ["--minimize", minimize] + (["--skip-indices", ",".join(indices)] if indices else [])
     pending = list(range(seed, seed + n))
     failures: List[Failure] = []
     started = time.time()
@@ -93,7 +94,7 @@ def batch(seed: int, n: int, out_dir: str, families: Sequence[str] = ALL_FAMILIE
         crashed = _run_worker(pending, families, out_dir, options, failures)
         if crashed is not None:
             pending.remove(crashed[0])
-            case = generate(crashed[0], families, skip_known_open=skip_known_open)
+            case = generate(crashed[0], families, skip=skip)
             path = repro.write(case, out_dir, crashed[1])
             failures.append(Failure(case.seed, "crash", crashed[1], path))
             print(f"seed {case.seed}: crash: {crashed[1]} -> {path}", flush=True)

@@ -352,6 +352,26 @@ def _mutate(step: int, code: str, eager_ns, comp_ns) -> None:
         raise Mismatch(step, "mutation", f"{code!r} raised {errors[0]} on the eager copy, {errors[1]} on the compiled one")
 
 
+def _call(step: int, args_code: str, backward: bool, eager_side, comp_side, exact: bool) -> int:
+    """One call on both sides, compared; returns 1, or 0 when the arguments cannot be built (on both sides)."""
+    before = torch_state()
+    outcomes = []
+    for fn, ns in (eager_side, comp_side):
+        try:
+            call_args = eval(args_code, ns.__dict__)
+        except Exception as e:  # e.g. a view of a global rebound to an int
+            outcomes.append(type(e))
+            continue
+        outcomes.append(invoke(fn, call_args, backward, before))
+    if not all(isinstance(o, Outcome) for o in outcomes):
+        if outcomes[0] is not outcomes[1]:
+            raise Mismatch(step, "args", f"building the arguments gave {outcomes[0]} (eager) and {outcomes[1]} (compiled)")
+        return 0
+    compare_call(step, outcomes[0], outcomes[1], eager_side[1], comp_side[1], exact)
+    set_torch_state(outcomes[0].state)
+    return 1
+
+
 def run_case(program: str, steps: list, target: str = "f", backend: str = "eager", exact: bool = True) -> int:
     """Builds `program` twice, compiles `target` of one copy, applies `steps` to both; returns the calls
     checked. Steps: ("call", args_expr[, "backward"]), ("mutate", code), ("state", code run once)."""
@@ -367,12 +387,8 @@ def run_case(program: str, steps: list, target: str = "f", backend: str = "eager
             elif kind == "mutate":
                 _mutate(index, code, eager_ns, comp_ns)
             else:
-                before = torch_state()
-                eager = invoke(getattr(eager_ns, target), eval(code, eager_ns.__dict__), "backward" in flags, before)
-                comp = invoke(compiled, eval(code, comp_ns.__dict__), "backward" in flags, before)
-                compare_call(index, eager, comp, eager_ns, comp_ns, exact)
-                set_torch_state(eager.state)
-                calls += 1
+                calls += _call(index, code, "backward" in flags, (getattr(eager_ns, target), eager_ns),
+                               (compiled, comp_ns), exact)
     finally:
         set_torch_state(baseline)
         minidynamo.reset()
