@@ -8,7 +8,7 @@ CSRC := $(wildcard csrc/*.c csrc/*.h)
 # Torch is pinned so pip takes the CPU wheel from local disk instead of resolving a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup build demo test bench fuzz clean
+.PHONY: setup build demo test test-verify bench fuzz clean
 
 setup: $(STAMP) $(EXT_STAMP)
 
@@ -39,6 +39,10 @@ N ?= 1000
 FUZZ_OUT ?= fuzz_failures
 fuzz: setup
 	PYTHONPATH=tests:. $(PY) -m fuzz --seed $(SEED) --n $(N) --out $(FUZZ_OUT) $(FUZZ_ARGS)
+
+# The translator and graph-break suites with every compiled call also checked against eager.
+test-verify: setup
+	MINIDYNAMO_VERIFY=1 $(PY) -m pytest -q tests/test_translator_*.py tests/test_graph_breaks_*.py tests/test_with_block_breaks.py
 
 bench: setup
 	$(PY) -c "import matplotlib" 2>/dev/null || $(PY) -m pip install -q matplotlib

@@ -7,6 +7,7 @@ from .dynamic_shapes import mark_dynamic
 from .explain import ExplainOutput, explain
 from .eval_frame import GuardedCode, disable, optimize, optimize_with_callback, reset, run
 from .logs import set_logs
+from .verify import VerifyError
 
 __all__ = [
     "ExplainOutput",
@@ -26,4 +27,5 @@ __all__ = [
     "run",
     "stats",
     "set_logs",
+    "VerifyError",
 ]

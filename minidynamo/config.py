@@ -2,6 +2,7 @@
 import os
 import sys
 import types
+from typing import Optional
 
 from . import _C
 
@@ -12,6 +13,12 @@ cache_dir: str = os.environ.get(
     "MINIDYNAMO_CACHE_DIR",
     os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "minidynamo"),
 )
+# Verify mode: each call of a function compiled while it is on also runs eagerly on copies of its
+# inputs; a difference raises minidynamo.VerifyError (see verify.py).
+verify: bool = os.environ.get("MINIDYNAMO_VERIFY", "") == "1"
+# Tolerances for backends that do not run torch's own kernels (None: torch.testing's per dtype).
+verify_rtol: Optional[float] = None
+verify_atol: Optional[float] = None
 
 
 class _ConfigModule(types.ModuleType):

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 
-from . import _C
+from . import _C, config
 
 FrameCallback = Union[None, bool, Callable[[Any], Optional["GuardedCode"]]]
 
@@ -46,7 +46,12 @@ class _CallbackContext:
             from .compile_api import OptimizedModule  # compile_api imports this module
 
             return OptimizedModule(fn, self)
-        wrapper = _C.CallbackWrapper(fn, self.callback)
+        target = fn
+        if config.verify and callable(self.callback):
+            from .verify import Verified
+
+            target = Verified(fn, self.callback)
+        wrapper = _C.CallbackWrapper(target, self.callback)
         functools.update_wrapper(wrapper, fn)
         return wrapper
 

@@ -1,0 +1,771 @@
+"""Verify mode: every compiled call is also run eagerly on copies of its inputs, and the two compared.
+
+Turned on with `minidynamo.config.verify = True` or `MINIDYNAMO_VERIFY=1` for the functions and
+modules compiled while it is on (`optimize(...)(fn)`, `compile(...)`). Each call then
+
+1. deep-copies the callable, its arguments and the state the code can reach by name (the globals
+   and closure cells of the user functions it refers to, transitively, and the class attributes of
+   user classes among them), in one copy so that aliasing between them is kept;
+2. runs the original code eagerly on the copies (no conversion, the copies bound in place of the
+   globals and cells, output, warnings and logging silenced) from the RNG and global state the call
+   started with;
+3. restores that RNG and global state and runs the compiled call on the real objects;
+4. compares the return values or raised exceptions, every argument and reached global, cell and
+   class attribute afterwards (contents, identities, which tensors share memory), printed output,
+   the global torch state (grad mode, autocast, default dtype, dispatch modes, ...) and the RNG
+   states, and raises `VerifyError` on the first difference. The process is left as the compiled
+   call left it.
+
+Tensors compare bitwise (NaN equal to NaN) for backends that run the graph with torch's kernels;
+other backends compare with `config.verify_rtol` / `config.verify_atol` (torch.testing's defaults
+for the dtype when None). State the copies cannot isolate (objects reached only through attributes
+of modules or other libraries, files) is seen by both runs.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import io
+import logging
+import math
+import random
+import sys
+import threading
+import types
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _C, config
+from .eval_frame import skip_module
+
+log = logging.getLogger("minidynamo.verify")
+_MISSING = object()
+_thread = threading.local()  # .eager: inside an eager reference run on this thread
+# "verified": calls compared with eager; "unverified": calls whose inputs could not be copied
+counts: "collections.Counter[str]" = collections.Counter()
+
+
+class VerifyError(AssertionError):
+    """A compiled call did not do what the same call run eagerly did.
+
+    `function` is "name (file:line)" of the called function, `path` the differing value (e.g.
+    "return value[1]", "argument 'x'", "global 'state' of module m", "global state: grad mode"),
+    `expected` / `got` the eager and compiled descriptions, `frames` the converted frames that ran
+    during the compiled call (their entry's guards and graphs)."""
+
+    def __init__(self, function: str, path: str, expected: str, got: str, detail: str, frames: str) -> None:
+        self.function, self.path, self.expected, self.got, self.frames = function, path, expected, got, frames
+        lines = [f"compiled call of {function} differs from eager at {path}: {detail}",
+                 f"  eager:    {expected}", f"  compiled: {got}", frames]
+        super().__init__("\n".join(line for line in lines if line))
+
+
+class _Mismatch(Exception):
+    def __init__(self, path: str, detail: str, expected: Any, got: Any) -> None:
+        super().__init__(detail)
+        self.path, self.detail, self.expected, self.got = path, detail, expected, got
+
+
+# ---- state the call can reach by name ----
+
+
+class _Slot:
+    """A place holding a value the code reaches by name: read, rebound, emptied."""
+
+    def __init__(self, label: str, get: Callable[[], Any], put: Callable[[Any], None]) -> None:
+        self.label, self.get, self.put = label, get, put
+
+
+def _global_slot(namespace: Dict[str, Any], name: str) -> _Slot:
+    def put(value: Any) -> None:
+        if value is _MISSING:
+            namespace.pop(name, None)
+        else:
+            namespace[name] = value
+
+    return _Slot(f"global '{name}' of module {namespace.get('__name__', '?')}",
+                 lambda: namespace.get(name, _MISSING), put)
+
+
+def _class_slot(cls: type, name: str) -> _Slot:
+    def put(value: Any) -> None:
+        if value is _MISSING:
+            if name in vars(cls):
+                delattr(cls, name)
+        else:
+            setattr(cls, name, value)
+
+    return _Slot(f"class attribute {cls.__qualname__}.{name}", lambda: vars(cls).get(name, _MISSING), put)
+
+
+def _cell_slot(cell: types.CellType, label: str) -> _Slot:
+    def get() -> Any:
+        try:
+            return cell.cell_contents
+        except ValueError:
+            return _MISSING
+
+    def put(value: Any) -> None:
+        if value is _MISSING:
+            with contextlib.suppress(AttributeError, NameError):
+                del cell.cell_contents
+        else:
+            cell.cell_contents = value
+
+    return _Slot(label, get, put)
+
+
+def _code_names(code: types.CodeType) -> Iterator[str]:
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_names(const)
+
+
+def _is_user_code(fn: types.FunctionType) -> bool:
+    from .convert_frame import skip_reason
+
+    return skip_reason(fn.__code__, fn.__globals__) is None
+
+
+def _callees(value: Any) -> List[Any]:
+    """The functions and classes a value stands for, to scan next."""
+    if isinstance(value, types.MethodType):
+        return [value.__func__, type(value.__self__)]
+    if isinstance(value, torch.nn.Module):
+        return [type(m) for m in value.modules()]
+    if isinstance(value, (staticmethod, classmethod)):
+        return [value.__func__]
+    if isinstance(value, property):
+        return [value.fget, value.fset]
+    if isinstance(value, (types.FunctionType, type)):
+        return [value]
+    return []
+
+
+def reachable_slots(fn: Any, args: Sequence[Any], kwargs: Dict[str, Any], limit: int = 500) -> List[_Slot]:
+    """The globals, closure cells and class attributes that `fn` and the user functions and classes
+    it names (transitively) can read or rebind."""
+    todo = _callees(fn) + [c for a in (*args, *kwargs.values()) for c in _callees(a) or [type(a)]]
+    seen: set = set()
+    slots: Dict[Tuple[int, str], _Slot] = {}
+    while todo and len(seen) < limit:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, type):
+            if item.__module__ in ("builtins",) or item.__module__.startswith(("torch", "minidynamo")):
+                continue
+            for name, value in list(vars(item).items()):
+                if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
+                    todo.extend(_callees(value))
+                elif not name.startswith("__"):
+                    slots.setdefault((id(item), name), _class_slot(item, name))
+            continue
+        if not isinstance(item, types.FunctionType) or not _is_user_code(item):
+            continue
+        namespace = item.__globals__
+        for name in set(_code_names(item.__code__)):
+            if name in namespace:
+                slots.setdefault((id(namespace), name), _global_slot(namespace, name))
+                todo.extend(_callees(namespace[name]))
+        for name, cell in zip(item.__code__.co_freevars, item.__closure__ or ()):
+            slot = _cell_slot(cell, f"closure variable '{name}' of {item.__qualname__}")
+            slots.setdefault((id(cell), ""), slot)
+            todo.extend(_callees(slot.get()))
+    return list(slots.values())
+
+
+# ---- copies ----
+
+_ATOMIC_KINDS = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type, types.CodeType)
+
+
+def _walk(value: Any, seen: set, depth: int = 0) -> Iterator[Any]:
+    """Objects reachable through containers and instance dicts (for the copy's tensor pre-pass)."""
+    if id(value) in seen or depth > 50 or isinstance(value, _ATOMIC_KINDS):
+        return
+    seen.add(id(value))
+    yield value
+    if isinstance(value, torch.Tensor):
+        return
+    if isinstance(value, (list, tuple, set, frozenset)):
+        children = list(value)
+    elif isinstance(value, dict):
+        children = [*value.keys(), *value.values()]
+    else:
+        children = list(getattr(value, "__dict__", {}).values())
+    for child in children:
+        yield from _walk(child, seen, depth + 1)
+
+
+def deep_copy(value: Any, memo: Dict[Any, Any]) -> Any:
+    """copy.deepcopy with a shared memo; tensors that are results of autograd (which deepcopy
+    refuses) are copied detached, keeping requires_grad."""
+    keep = memo.setdefault(id(memo), [])
+    for item in _walk(value, set()):
+        if isinstance(item, torch.Tensor) and item.grad_fn is not None and id(item) not in memo:
+            memo[id(item)] = copy.deepcopy(item.detach(), memo).requires_grad_(item.requires_grad)
+            keep.append(item)
+    return copy.deepcopy(value, memo)
+
+
+def originals_of_copies(memo: Dict[Any, Any]) -> Dict[int, Any]:
+    """id(copy) -> original, for every object the copies made anew."""
+    by_id = {id(original): original for original in memo.get(id(memo), ())}
+    return {id(c): by_id[k] for k, c in memo.items() if isinstance(k, int) and k in by_id and c is not by_id[k]}
+
+
+# ---- global state and random number generators ----
+
+
+def _autocast_devices() -> Tuple[str, ...]:
+    return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+
+
+def global_state(callback: Any) -> Dict[str, Any]:
+    """The process-wide torch settings a call can change (`callback`: the one set for the call)."""
+    state: Dict[str, Any] = {
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "default dtype": torch.get_default_dtype(),
+        "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
+                                     torch.is_deterministic_algorithms_warn_only_enabled()),
+        "anomaly mode": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+        "autocast cache": torch.is_autocast_cache_enabled(),
+        "dispatch modes (fake mode, ...)": tuple(
+            type(m).__name__ for m in torch.utils._python_dispatch._get_current_dispatch_mode_stack()),
+        "torch function modes": tuple(type(m).__name__ for m in torch.overrides._get_current_function_mode_stack()),
+        "eval-frame callback restored": _C.get_eval_frame() is callback,
+    }
+    for device in _autocast_devices():
+        state[f"autocast {device}"] = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+    return state
+
+
+def restore_global_state(state: Dict[str, Any]) -> None:
+    """Set the settable parts of `state` (modes on a stack cannot be re-entered from here)."""
+    torch._C._set_grad_enabled(state["grad mode"])
+    torch.set_default_dtype(state["default dtype"])
+    enabled, warn_only = state["deterministic algorithms"]
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    torch.set_anomaly_enabled(*state["anomaly mode"])
+    torch.set_autocast_cache_enabled(state["autocast cache"])
+    for device in _autocast_devices():
+        enabled, dtype = state[f"autocast {device}"]
+        torch.set_autocast_enabled(device, enabled)
+        torch.set_autocast_dtype(device, dtype)
+
+
+def rng_state() -> Dict[str, Any]:
+    state: Dict[str, Any] = {"torch": torch.get_rng_state(), "random": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["torch.cuda"] = torch.cuda.get_rng_state_all()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state["numpy"] = numpy.random.get_state()
+    return state
+
+
+def set_rng_state(state: Dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["random"])
+    if "torch.cuda" in state:
+        torch.cuda.set_rng_state_all(state["torch.cuda"])
+    if "numpy" in state:
+        sys.modules["numpy"].random.set_state(state["numpy"])
+
+
+def _rng_differs(eager: Dict[str, Any], compiled: Dict[str, Any]) -> Optional[str]:
+    for name in eager:
+        a, b = eager[name], compiled.get(name)
+        if name.startswith("torch"):
+            same = all(torch.equal(x, y) for x, y in zip(a if isinstance(a, list) else [a],
+                                                          b if isinstance(b, list) else [b]))
+        elif name == "numpy":
+            same = a[0] == b[0] and bool((a[1] == b[1]).all()) and a[2:] == b[2:]
+        else:
+            same = a == b
+        if not same:
+            return name
+    return None
+
+
+# ---- comparing eager with compiled ----
+
+
+def describe(value: Any, limit: int = 160) -> str:
+    if isinstance(value, torch.Tensor):
+        head = f"{type(value).__name__}(shape={tuple(value.shape)}, dtype={value.dtype}"
+        head += f", device={value.device}" if value.device.type != "cpu" else ""
+        head += ", requires_grad=True" if value.requires_grad else ""
+        if value.layout == torch.strided and value.device.type != "meta" and value.numel():
+            flat = value.detach().reshape(-1)[:6].tolist()
+            head += f", values={flat}{'...' if value.numel() > 6 else ''}"
+        return head + ")"
+    if value is _MISSING:
+        return "<not set>"
+    try:
+        text = repr(value)
+    except Exception as e:  # a repr that fails is still a value to name
+        text = f"<{type(value).__name__} object (repr raised {type(e).__name__})>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_VALUE_KINDS = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset, range, slice, torch.dtype,
+                torch.device, torch.Size, torch.layout, torch.memory_format, type(Ellipsis), type(NotImplemented))
+
+
+def _has_identity(value: Any) -> bool:
+    """Values whose identity is observable (mutable containers, tensors, objects), not plain values."""
+    return not isinstance(value, _VALUE_KINDS) and (isinstance(value, types.FunctionType)
+                                                    or not isinstance(value, _ATOMIC_KINDS))
+
+
+def _float_same(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+class Comparer:
+    """Walks an eager result and a compiled result together. `originals` maps id(eager copy) to
+    the real object it was copied from: where eager has the copy, compiled must have the original."""
+
+    def __init__(self, originals: Dict[int, Any], exact: bool) -> None:
+        self.originals = originals
+        self.original_ids = {id(o) for o in originals.values()}
+        self.exact = exact
+        self.pairs: Dict[int, Tuple[Any, str]] = {}  # id(eager object) -> (compiled object, first path)
+        self.storages: Dict[int, Tuple[int, str]] = {}  # eager data_ptr -> (compiled data_ptr, path)
+
+    def compare(self, e: Any, c: Any, path: str) -> None:
+        if e is c:
+            return
+        if _has_identity(e) and not self._same_identity(e, c, path):
+            return  # seen before: contents already compared
+        if type(e) is not type(c):
+            raise _Mismatch(path, f"type {type(c).__qualname__} instead of {type(e).__qualname__}", e, c)
+        if isinstance(e, torch.Tensor):
+            self._tensor(e, c, path)
+        elif type(e) is int:
+            seen = self.pairs.get(e)  # an id() of an object: the id of its counterpart
+            if e != c and (seen is None or id(seen[0]) != c):
+                raise _Mismatch(path, "int values differ", e, c)
+        elif isinstance(e, float):
+            if not _float_same(e, c):
+                raise _Mismatch(path, "float values differ", e, c)
+        elif isinstance(e, complex):
+            if not (_float_same(e.real, c.real) and _float_same(e.imag, c.imag)):
+                raise _Mismatch(path, "complex values differ", e, c)
+        elif isinstance(e, (list, tuple)):
+            self._sequence(e, c, path)
+        elif isinstance(e, dict):
+            self._dict(e, c, path)
+        elif isinstance(e, (set, frozenset)):
+            if len(e) != len(c) or (all(not _has_identity(v) for v in e) and e != c):
+                raise _Mismatch(path, "set contents differ", e, c)
+        elif isinstance(e, types.FunctionType):
+            self._function(e, c, path)
+        elif isinstance(e, types.CellType):
+            self.compare(_cell_slot(e, "").get(), _cell_slot(c, "").get(), f"{path}.cell_contents")
+        else:
+            self._other(e, c, path)
+
+    def _same_identity(self, e: Any, c: Any, path: str) -> bool:
+        """Checks that `c` is the object eager's `e` stands for; False when already compared."""
+        seen = self.pairs.get(id(e))
+        if seen is not None:
+            if seen[0] is not c:
+                raise _Mismatch(path, f"eager has the same object here as at {seen[1]}, compiled does not", e, c)
+            return False
+        original = self.originals.get(id(e))
+        if original is not None and c is not original:
+            raise _Mismatch(path, "eager has the object that existed before the call, compiled a different one", e, c)
+        if original is None and id(c) in self.original_ids:
+            raise _Mismatch(path, "eager has a new object, compiled one that existed before the call", e, c)
+        self.pairs[id(e)] = (c, path)
+        return True
+
+    def _sequence(self, e: Sequence[Any], c: Sequence[Any], path: str) -> None:
+        if len(e) != len(c):
+            raise _Mismatch(path, f"length {len(c)} instead of {len(e)}", e, c)
+        for i, (a, b) in enumerate(zip(e, c)):
+            self.compare(a, b, f"{path}[{i}]")
+
+    def _dict(self, e: Dict[Any, Any], c: Dict[Any, Any], path: str) -> None:
+        self._sequence(list(e.keys()), list(c.keys()), f"{path}.keys()")
+        for (key, a), b in zip(e.items(), c.values()):
+            self.compare(a, b, f"{path}[{describe(key, 40)}]")
+        factory = getattr(e, "default_factory", None)
+        if factory is not None or getattr(c, "default_factory", None) is not None:
+            self.compare(factory, c.default_factory, f"{path}.default_factory")
+
+    def _function(self, e: types.FunctionType, c: types.FunctionType, path: str) -> None:
+        if e.__code__.co_code != c.__code__.co_code or e.__qualname__ != c.__qualname__:
+            raise _Mismatch(path, "a different function", e, c)
+        self.compare(e.__defaults__, c.__defaults__, f"{path}.__defaults__")
+        self.compare(e.__kwdefaults__, c.__kwdefaults__, f"{path}.__kwdefaults__")
+        self.compare(e.__closure__, c.__closure__, f"{path}.__closure__")
+
+    def _other(self, e: Any, c: Any, path: str) -> None:
+        if isinstance(e, torch.nn.Module) or hasattr(e, "__dict__"):
+            self._attributes(e, c, path)
+            return
+        slots = [s for k in type(e).__mro__ for s in getattr(k, "__slots__", ()) if s not in ("__dict__", "__weakref__")]
+        for name in slots:
+            self.compare(getattr(e, name, _MISSING), getattr(c, name, _MISSING), f"{path}.{name}")
+        if slots or type(e).__eq__ is object.__eq__:
+            return
+        try:
+            same = e == c
+            same = bool(same.all()) if hasattr(same, "all") else bool(same)
+        except Exception:  # values that cannot be compared are not compared
+            return
+        if not same:
+            raise _Mismatch(path, "values differ", e, c)
+
+    def _attributes(self, e: Any, c: Any, path: str) -> None:
+        e_vars, c_vars = vars(e), vars(c)
+        missing = sorted(set(e_vars) - set(c_vars)) + sorted(set(c_vars) - set(e_vars))
+        if missing:
+            raise _Mismatch(path, f"attribute {missing[0]!r} set in only one run", sorted(e_vars), sorted(c_vars))
+        for name in e_vars:
+            self.compare(e_vars[name], c_vars[name], f"{path}.{name}")
+
+    def _tensor(self, e: torch.Tensor, c: torch.Tensor, path: str) -> None:
+        for what in ("dtype", "shape", "device", "layout", "requires_grad"):
+            if getattr(e, what) != getattr(c, what):
+                raise _Mismatch(path, f"{what} {getattr(c, what)} instead of {getattr(e, what)}", e, c)
+        if e.layout == torch.strided and e.device.type != "meta":
+            self._storage(e, c, path)
+            if self.exact and e.numel() > 1 and (e.stride() != c.stride() or e.storage_offset() != c.storage_offset()):
+                raise _Mismatch(path, f"stride {c.stride()} offset {c.storage_offset()} instead of "
+                                      f"{e.stride()} offset {e.storage_offset()}", e, c)
+            detail = tensor_difference(e.detach(), c.detach(), self.exact)
+            if detail is not None:
+                raise _Mismatch(path, detail, e, c)
+        if e.is_leaf and c.is_leaf and (e.grad is not None or c.grad is not None):
+            self.compare(e.grad, c.grad, f"{path}.grad")
+
+    def _storage(self, e: torch.Tensor, c: torch.Tensor, path: str) -> None:
+        """Tensors that share memory in eager share it in the compiled run, and only those."""
+        if e.numel() == 0:
+            return
+        e_ptr, c_ptr = e.untyped_storage().data_ptr(), c.untyped_storage().data_ptr()
+        seen = self.storages.get(e_ptr)
+        if seen is None:
+            self.storages[e_ptr] = (c_ptr, path)
+        elif seen[0] != c_ptr:
+            raise _Mismatch(path, f"eager shares memory with {seen[1]}, compiled does not", e, c)
+
+
+def tensor_difference(e: torch.Tensor, c: torch.Tensor, exact: bool) -> Optional[str]:
+    """Why two tensors of the same dtype and shape differ in value, or None."""
+    if e.numel() == 0 or e.is_quantized:
+        return None
+    if e.is_complex():
+        e, c = torch.view_as_real(e.resolve_conj()), torch.view_as_real(c.resolve_conj())
+    if e.dtype == torch.bool or not (e.is_floating_point()):
+        same = e == c
+    elif exact:
+        same = ((e == c) & (e.signbit() == c.signbit())) | (e.isnan() & c.isnan())
+    else:
+        rtol, atol = config.verify_rtol, config.verify_atol
+        if rtol is None or atol is None:
+            default_rtol, default_atol = torch.testing._comparison.default_tolerances(e)
+            rtol, atol = rtol if rtol is not None else default_rtol, atol if atol is not None else default_atol
+        same = torch.isclose(e, c, rtol=rtol, atol=atol, equal_nan=True)
+    if bool(same.all()):
+        return None
+    bad = (~same).nonzero()[0].tolist()
+    diff = (e.double() - c.double()).abs().nan_to_num(nan=math.inf) if e.dtype != torch.bool else (e != c).double()
+    return (f"{int((~same).sum())} of {same.numel()} elements differ, max abs diff {diff.max().item():.6g}, "
+            f"first at index {tuple(bad)}: {e[tuple(bad)].item()!r} vs {c[tuple(bad)].item()!r}"
+            + ("" if not exact else " (compared bitwise)"))
+
+
+# ---- which converted frames ran ----
+
+# check function of an entry -> what converting its frame produced (graphs, guards)
+_records: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_converted_codes: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+
+
+def _remember(record: Any) -> None:
+    if record.check is not None:
+        _records[record.check.fn] = record
+        _converted_codes.add(record.code)
+
+
+@contextlib.contextmanager
+def codes_run(into: set) -> Iterator[None]:
+    """Collects the code objects of the frames run inside (when no other profiler is set)."""
+    if sys.getprofile() is not None:
+        yield
+        return
+    import _lsprof
+
+    profiler = _lsprof.Profiler()
+    profiler.enable(subcalls=False, builtins=False)
+    try:
+        yield
+    finally:
+        profiler.disable()
+        into.update(entry.code for entry in profiler.getstats() if isinstance(entry.code, types.CodeType))
+
+
+def _where(code: types.CodeType) -> str:
+    return f"'{code.co_qualname}' ({code.co_filename}:{code.co_firstlineno})"
+
+
+def describe_entries(ran: set) -> str:
+    """The cache entries whose code ran: frame, guards and graphs of each."""
+    lines = []
+    for code in list(_converted_codes):
+        entries = _C.get_cache_entries(code)
+        for index, (check_fn, entry_code, _) in enumerate(entries):
+            if entry_code not in ran:
+                continue
+            lines.append(f"converted frame {_where(code)}, cache entry {index + 1} of {len(entries)}:")
+            record = _records.get(check_fn)
+            if record is None:
+                continue
+            lines.append("  guards:")
+            lines.extend(f"    {guard}" for guard in record.check.guards)
+            for number, graph in enumerate(record.graphs):
+                lines.append(f"  graph {number}:")
+                lines.extend(f"    {line}" for line in graph.code.strip().splitlines())
+    if not lines:
+        return "no converted frame ran during the compiled call"
+    return "\n".join(["converted frames that ran during the compiled call:", *lines])
+
+
+# ---- the two runs ----
+
+
+@dataclass
+class Outcome:
+    result: Any = None
+    exc: Optional[BaseException] = None
+    stdout: str = ""
+    compiled_frames: int = 0
+    state: Dict[str, Any] = field(default_factory=dict)
+    rng: Dict[str, Any] = field(default_factory=dict)
+    slots: List[Any] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _silenced(stdout: io.StringIO) -> Iterator[None]:
+    """The eager reference run's output (kept in `stdout`), warnings and log records go nowhere."""
+    disabled = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(record=True), contextlib.redirect_stdout(stdout), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("always")
+            yield
+    finally:
+        logging.disable(disabled)
+
+
+def run_eager(fn: Callable, args: tuple, kwargs: dict, slots: List[_Slot], copies: List[Any]) -> Outcome:
+    """Run unconverted, with `copies` bound in the slots; the slots are put back afterwards."""
+    saved = [slot.get() for slot in slots]
+    outcome = Outcome()
+    stdout = io.StringIO()
+    previous = _C.set_eval_frame(None)
+    _thread.eager = True
+    try:
+        for slot, value, new in zip(slots, saved, copies):
+            if new is not value:
+                slot.put(new)
+        with _silenced(stdout):
+            try:
+                outcome.result = fn(*args, **kwargs)
+            except Exception as e:  # compared with what the compiled run raises
+                outcome.exc = e
+            outcome.state = global_state(None)
+    finally:
+        _thread.eager = False
+        _C.set_eval_frame(previous)
+        outcome.stdout = stdout.getvalue()
+        outcome.slots = [slot.get() for slot in slots]
+        for slot, value in zip(slots, saved):
+            if slot.get() is not value:
+                slot.put(value)
+    return outcome
+
+
+def run_compiled(fn: Callable, args: tuple, kwargs: dict, callback: Any, ran: set) -> Outcome:
+    """Run with `callback` set, collecting the codes run into `ran`; printed output is passed on."""
+    outcome = Outcome()
+    stdout = io.StringIO()
+    compiles = _C.stats()["compiles"]
+    try:
+        with codes_run(ran), contextlib.redirect_stdout(stdout):
+            previous = _C.set_eval_frame(callback)
+            try:
+                outcome.result = fn(*args, **kwargs)
+            except Exception as e:  # compared with what the eager run raised
+                outcome.exc = e
+            finally:
+                outcome.state = global_state(callback)
+                _C.set_eval_frame(previous)
+    finally:
+        outcome.compiled_frames = _C.stats()["compiles"] - compiles
+        outcome.stdout = stdout.getvalue()
+        sys.stdout.write(outcome.stdout)
+    return outcome
+
+
+# ---- one verified call ----
+
+
+def _passes_through(exc: BaseException) -> bool:
+    """minidynamo's own errors (fullgraph breaks, backend failures, a nested VerifyError)."""
+    from .exc import BackendCompilerFailed, Unsupported
+
+    return isinstance(exc, (Unsupported, BackendCompilerFailed, VerifyError))
+
+
+def _argument_paths(fn: Callable, args: tuple, kwargs: dict) -> List[str]:
+    try:
+        import inspect
+
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    paths = [f"argument '{names[i]}'" if i < len(names) else f"argument {i}" for i in range(len(args))]
+    return paths + [f"argument '{name}'" for name in kwargs]
+
+
+def _compare_call(comparer: Comparer, eager: Outcome, compiled: Outcome, call_copy: tuple, call: tuple,
+                  slots: List[_Slot]) -> None:
+    if (eager.exc is None) != (compiled.exc is None):
+        raise _Mismatch("the call", "one run raised, the other returned",
+                        eager.exc if eager.exc is not None else eager.result,
+                        compiled.exc if compiled.exc is not None else compiled.result)
+    if eager.exc is not None:
+        if type(eager.exc) is not type(compiled.exc) or str(eager.exc) != str(compiled.exc):
+            raise _Mismatch("the raised exception", "a different exception", eager.exc, compiled.exc)
+    else:
+        comparer.compare(eager.result, compiled.result, "return value")
+    e_fn, e_args, e_kwargs = call_copy
+    fn, args, kwargs = call
+    paths = _argument_paths(fn, args, kwargs)
+    for path, a, b in zip(paths, [*e_args, *e_kwargs.values()], [*args, *kwargs.values()]):
+        comparer.compare(a, b, path)
+    if isinstance(fn, types.MethodType):
+        comparer.compare(e_fn.__self__, fn.__self__, "self")
+    for slot, a, b in zip(slots, eager.slots, compiled.slots):
+        comparer.compare(a, b, slot.label)
+    for name, value in eager.state.items():
+        if compiled.state.get(name) != value:
+            raise _Mismatch(f"global state: {name}", "the compiled call left it differently", value,
+                            compiled.state.get(name))
+    rng = _rng_differs(eager.rng, compiled.rng)
+    if rng is not None:
+        raise _Mismatch(f"random number generator state ({rng})", "the compiled call drew different random numbers",
+                        "state after eager", "another state")
+    if eager.stdout != compiled.stdout and not compiled.compiled_frames:  # compiling may print (backends)
+        raise _Mismatch("printed output", "different output", eager.stdout, compiled.stdout)
+
+
+def _copy_slot(value: Any, memo: Dict[Any, Any]) -> Any:
+    if isinstance(value, _ATOMIC_KINDS):
+        return value
+    try:
+        return deep_copy(value, memo)
+    except Exception:  # not copyable: both runs see the one object
+        return value
+
+
+def _where_called(fn: Callable) -> str:
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):  # module.__call__: its forward is what the user wrote
+        fn = type(owner).forward
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return _where(code) if code is not None else repr(fn)
+
+
+def verify_call(fn: Callable, args: tuple, kwargs: dict, callback: Any, exact: bool) -> Any:
+    """Run `fn` eagerly on copies, then compiled (with `callback`) on the real inputs; compare.
+    Called with no callback set; returns or raises what the compiled call did."""
+    slots = reachable_slots(fn, args, kwargs)
+    memo: Dict[Any, Any] = {}
+    try:
+        call_copy = deep_copy((fn, args, kwargs), memo)
+    except Exception as e:  # the inputs cannot be copied: the call runs unverified
+        log.debug("verify: cannot copy the inputs of %s (%s); this call is not verified", _where_called(fn), e)
+        counts["unverified"] += 1
+        return run_with_callback(fn, args, kwargs, callback)
+    copies = [_copy_slot(slot.get(), memo) for slot in slots]
+    state, rng = global_state(None), rng_state()
+    eager = run_eager(*call_copy, slots, copies)
+    eager.rng = rng_state()
+    restore_global_state(state)
+    set_rng_state(rng)
+    ran: set = set()
+    compiled = run_compiled(fn, args, kwargs, callback, ran)
+    compiled.rng, compiled.slots = rng_state(), [slot.get() for slot in slots]
+    if compiled.exc is not None and _passes_through(compiled.exc):
+        raise compiled.exc
+    counts["verified"] += 1
+    try:
+        _compare_call(Comparer(originals_of_copies(memo), exact), eager, compiled, call_copy, (fn, args, kwargs), slots)
+    except _Mismatch as m:
+        raise VerifyError(_where_called(fn), m.path, describe(m.expected), describe(m.got), m.detail,
+                          describe_entries(ran)) from compiled.exc
+    if compiled.exc is not None:
+        raise compiled.exc
+    return compiled.result
+
+
+def run_with_callback(fn: Callable, args: tuple, kwargs: dict, callback: Any) -> Any:
+    previous = _C.set_eval_frame(callback)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _C.set_eval_frame(previous)
+
+
+def _runs_torch_kernels(callback: Any) -> bool:
+    """Backends whose graphs run op by op with torch's kernels: results must be bitwise equal."""
+    from .backends import lookup_backend
+    from .testing import CompileCounter
+
+    compiler_fn = getattr(callback, "compiler_fn", None)
+    return compiler_fn is lookup_backend("eager") or isinstance(compiler_fn, CompileCounter)
+
+
+class Verified:
+    """What a compiling wrapper calls in verify mode: `fn`, checked against eager on every call."""
+
+    def __init__(self, fn: Callable, callback: Any) -> None:
+        from .convert_frame import compile_listeners
+
+        self.fn = fn
+        self.exact = _runs_torch_kernels(callback)
+        if _remember not in compile_listeners:
+            compile_listeners.append(_remember)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        callback = _C.set_eval_frame(None)  # set by the wrapper; the checking itself is not converted
+        try:
+            if getattr(_thread, "eager", False):  # called from another verified call's eager run
+                return self.fn(*args, **kwargs)
+            return verify_call(self.fn, args, kwargs, callback, self.exact)
+        finally:
+            _C.set_eval_frame(callback)
+
+
+# Library frames: never converted, even when a callback is set around them.
+skip_module(globals())

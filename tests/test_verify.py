@@ -1,0 +1,296 @@
+"""Verify mode: each compiled call also runs eagerly on copies and the two are compared.
+
+Wrong backends, stale entries, wrong mutations and leaked global state raise VerifyError naming the
+function, the differing value, the entries that ran (guards, graphs); correct code runs silently with
+each side effect done once."""
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import minidynamo
+from minidynamo import VerifyError, convert_frame, verify
+from minidynamo.testing import CompileCounter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def verify_on(monkeypatch):
+    monkeypatch.setattr(minidynamo.config, "verify", True)
+
+
+def plus_one_backend(gm, example_inputs):
+    """Deliberately wrong: every output one too large."""
+    return lambda *args: tuple(out + 1 for out in gm.forward(*args))
+
+
+def scale(x, k: int):
+    return x * k + 1
+
+
+# ---- caught ----
+
+
+def test_wrong_backend_names_frame_value_graph_and_guards():
+    compiled = minidynamo.optimize(plus_one_backend)(scale)
+    with pytest.raises(VerifyError) as info:
+        compiled(torch.ones(3), 2)
+    message = str(info.value)
+    line = scale.__code__.co_firstlineno
+    assert f"compiled call of 'scale' ({__file__}:{line}) differs from eager at return value" in message
+    assert "3 of 3 elements differ, max abs diff 1" in message
+    assert "eager:    Tensor(shape=(3,), dtype=torch.float32, values=[3.0, 3.0, 3.0])" in message
+    assert "compiled: Tensor(shape=(3,), dtype=torch.float32, values=[4.0, 4.0, 4.0])" in message
+    assert f"converted frame 'scale' ({__file__}:{line}), cache entry 1 of 1" in message
+    assert "L['x']: TENSOR_MATCH" in message and "L['k']" in message, "the entry's guards"
+    assert "graph 0:" in message and "def forward(self, l_x" in message, "the entry's graph code"
+    assert info.value.path == "return value" and info.value.function.startswith("'scale'")
+
+
+def test_wrong_backend_caught_on_a_cache_hit_and_for_modules():
+    calls = []
+
+    def wrong_on_second_run(gm, example_inputs):
+        def run(*args):
+            calls.append(1)
+            outs = gm.forward(*args)
+            return outs if len(calls) == 1 else tuple(o * 2 for o in outs)
+        return run
+
+    module = minidynamo.compile(torch.nn.Linear(3, 2), backend=wrong_on_second_run)
+    x = torch.randn(4, 3)
+    module(x)
+    with pytest.raises(VerifyError, match="differs from eager at return value") as info:
+        module(x)
+    assert info.value.function.startswith("'Linear.forward' (")
+    assert "cache entry 1 of 1" in str(info.value)
+
+
+def test_stale_entry_whose_guard_was_dropped(monkeypatch):
+    """An entry missing its guard on `k` is reused for another k: the stale result is caught."""
+    build = convert_frame.build_check_function
+
+    def without_k(code, guards, *rest):
+        return build(code, [g for g in guards if g.name != "L['k']"], *rest)
+
+    monkeypatch.setattr(convert_frame, "build_check_function", without_k)
+    cnt = CompileCounter()
+    compiled = minidynamo.optimize(cnt)(scale)
+    torch.testing.assert_close(compiled(torch.ones(2), 2), torch.full((2,), 3.0))
+    with pytest.raises(VerifyError) as info:
+        compiled(torch.ones(2), 5)
+    assert "return value: 2 of 2 elements differ, max abs diff 3" in str(info.value)
+    assert "(compared bitwise)" in str(info.value), "graphs run with torch's kernels compare exactly"
+    assert "L['k']" not in str(info.value), "the guards shown are the stale entry's"
+    assert cnt.frame_count == 1
+
+
+def test_wrong_mutation_of_an_argument():
+    def mutating_backend(gm, example_inputs):
+        def run(*args):
+            outs = gm.forward(*args)
+            args[0].mul_(2)
+            return outs
+        return run
+
+    def f(x):
+        return x.sum()
+
+    x = torch.ones(3)
+    with pytest.raises(VerifyError, match=r"at argument 'x': 3 of 3 elements differ"):
+        minidynamo.optimize(mutating_backend)(f)(x)
+    assert torch.equal(x, torch.full((3,), 2.0)), "the compiled call really ran, once"
+
+
+def test_list_append_replayed_with_a_custom_backend():
+    def dropping_backend(gm, example_inputs):
+        return lambda *args: gm.forward(*args)
+
+    def f(xs, x):
+        xs.append(x + 1)
+        return x
+
+    xs = []
+    compiled = minidynamo.optimize(dropping_backend)(f)
+    compiled(xs, torch.ones(1))  # correct: the append is replayed by the generated code
+    assert len(xs) == 1
+    before = verify.counts["verified"]
+    compiled(xs, torch.ones(1))
+    assert len(xs) == 2 and verify.counts["verified"] == before + 1
+
+
+def test_leaked_grad_mode():
+    def leaking_backend(gm, example_inputs):
+        def run(*args):
+            torch._C._set_grad_enabled(False)
+            return gm.forward(*args)
+        return run
+
+    try:
+        with pytest.raises(VerifyError) as info:
+            minidynamo.optimize(leaking_backend)(scale)(torch.ones(2), 3)
+    finally:
+        torch._C._set_grad_enabled(True)
+    assert info.value.path == "global state: grad mode"
+    assert "eager:    True" in str(info.value) and "compiled: False" in str(info.value)
+
+
+def test_leaked_default_dtype_and_deterministic_mode():
+    def leaking_backend(gm, example_inputs):
+        def run(*args):
+            torch.set_default_dtype(torch.float64)
+            torch.use_deterministic_algorithms(True)
+            return gm.forward(*args)
+        return run
+
+    try:
+        with pytest.raises(VerifyError, match="global state: default dtype"):
+            minidynamo.optimize(leaking_backend)(scale)(torch.ones(2), 3)
+    finally:
+        torch.set_default_dtype(torch.float32)
+        torch.use_deterministic_algorithms(False)
+
+
+def test_raising_where_eager_returns():
+    def raising_backend(gm, example_inputs):
+        def run(*args):
+            raise ValueError("kernel failed")
+        return run
+
+    with pytest.raises(VerifyError, match="at the call: one run raised, the other returned") as info:
+        minidynamo.optimize(raising_backend)(scale)(torch.ones(2), 3)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_identity_of_returned_argument():
+    def copying_backend(gm, example_inputs):
+        return lambda *args: tuple(o.clone() for o in gm.forward(*args))
+
+    def f(x):
+        return x.add_(1)
+
+    with pytest.raises(VerifyError, match="eager has the object that existed before the call"):
+        minidynamo.optimize(copying_backend)(f)(torch.ones(2))
+
+
+# ---- silent on correct code, each side effect once ----
+
+STATE = {"calls": 0, "seen": []}
+
+
+class Counter:
+    created = 0
+
+    def __init__(self):
+        Counter.created += 1
+
+
+def side_effects(x, log):
+    STATE["calls"] += 1
+    STATE["seen"].append(x.sum().item())  # .item(): a graph break
+    log.append(Counter())
+    print("called", len(log))
+    return x * 2
+
+
+def test_side_effects_happen_once_and_match(capsys):
+    compiled = minidynamo.optimize("eager")(side_effects)
+    log = []
+    before = verify.counts["verified"]
+    for i in range(3):
+        compiled(torch.full((2,), float(i)), log)
+    assert verify.counts["verified"] == before + 3
+    assert STATE["calls"] == 3 and STATE["seen"] == [0.0, 2.0, 4.0]
+    assert Counter.created == 3 and len(log) == 3
+    assert capsys.readouterr().out == "called 1\ncalled 2\ncalled 3\n"
+
+
+def test_module_state_rng_and_exceptions():
+    bn = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3), torch.nn.Dropout(0.5))
+    compiled = minidynamo.compile(bn)
+    x = torch.randn(8, 3)
+    torch.manual_seed(0)
+    got = compiled(x)
+    after = torch.get_rng_state()
+    torch.manual_seed(0)
+    want = bn(x)  # running stats updated a second time: the compiled call updated them once
+    torch.testing.assert_close(got, want)
+    torch.manual_seed(0)
+    compiled(x)
+    assert torch.equal(torch.get_rng_state(), after), "the RNG is left as the compiled call left it"
+    assert int(bn[1].num_batches_tracked) == 3
+
+    def raises(x):
+        y = x + 1
+        return y + {}["missing"]
+
+    with pytest.raises(KeyError, match="missing"):
+        minidynamo.optimize("eager")(raises)(torch.ones(1))
+
+
+def test_random_python_and_torch_numbers():
+    def f(x):
+        return x + torch.rand(2) + random.random()
+
+    random.seed(1)
+    torch.manual_seed(1)
+    got = minidynamo.optimize("eager")(f)(torch.ones(2))
+    random.seed(1)
+    torch.manual_seed(1)
+    torch.testing.assert_close(got, f(torch.ones(2)))
+
+
+def test_nested_compiled_function_and_non_leaf_input():
+    inner = minidynamo.optimize("eager")(lambda t: t.relu() * 3)
+
+    def outer(x):
+        y = x.sin()
+        print("break")
+        return inner(y) + 1
+
+    a = torch.randn(4, requires_grad=True)
+    x = a * 2  # not a leaf: copied detached for the eager run
+    cnt = CompileCounter()
+    out = minidynamo.optimize(cnt)(outer)(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, outer(x))
+    assert a.grad is not None
+
+
+def test_cpp_backend_compares_with_tolerance():
+    def f(x):
+        return torch.softmax(x, -1).sum(0) / 3
+
+    compiled = minidynamo.optimize("cpp")(f)
+    x = torch.randn(64, 33)
+    torch.testing.assert_close(compiled(x), f(x))
+    assert compiled.fn.exact is False
+
+
+# ---- switching it on ----
+
+
+def test_off_means_no_wrapper(monkeypatch):
+    monkeypatch.setattr(minidynamo.config, "verify", False)
+    assert minidynamo.optimize("eager")(scale).fn is scale
+    module = torch.nn.Linear(2, 2)
+    assert minidynamo.compile(module)._compiled_call.fn == module.__call__
+    monkeypatch.setattr(minidynamo.config, "verify", True)
+    assert isinstance(minidynamo.optimize("eager")(scale).fn, verify.Verified)
+
+
+def test_environment_variable_and_suite_subset_in_verify_mode():
+    """A few translator and graph-break modules, run whole with MINIDYNAMO_VERIFY=1."""
+    env = dict(os.environ, MINIDYNAMO_VERIFY="1")
+    check = subprocess.run([sys.executable, "-c", "import minidynamo; print(minidynamo.config.verify)"],
+                           cwd=ROOT, env=env, capture_output=True, text=True)
+    assert check.stdout.strip() == "True", check.stderr
+    modules = ["tests/test_with_block_breaks.py", "tests/test_graph_breaks_side_effects.py",
+               "tests/test_translator_containers.py"]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *modules],
+                         cwd=ROOT, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
