@@ -26,9 +26,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import dis
+import enum
+import functools
 import io
 import logging
 import math
+import re
 import random
 import sys
 import threading
@@ -36,7 +40,7 @@ import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -120,17 +124,42 @@ def _cell_slot(cell: types.CellType, label: str) -> _Slot:
     return _Slot(label, get, put)
 
 
-def _code_names(code: types.CodeType) -> Iterator[str]:
-    yield from code.co_names
+@functools.lru_cache(maxsize=4096)
+def _global_names(code: types.CodeType) -> Tuple[FrozenSet[str], FrozenSet[str]]:
+    """(names the code and its nested functions may read as globals or attributes, names they store
+    or delete as globals)."""
+    names, stored = set(code.co_names), set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+            stored.add(instruction.argval)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            yield from _code_names(const)
+            inner_names, inner_stored = _global_names(const)
+            names |= inner_names
+            stored |= inner_stored
+    return frozenset(names), frozenset(stored)
 
 
 def _is_user_code(fn: types.FunctionType) -> bool:
     from .convert_frame import skip_reason
 
     return skip_reason(fn.__code__, fn.__globals__) is None
+
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtin and extension types
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_user_module(name: str) -> bool:
+    from .convert_frame import skip_reason
+
+    filename = getattr(sys.modules.get(name), "__file__", None) or "<string>"
+    return skip_reason(compile("", filename, "exec"), {"__name__": name}) is None
+
+
+def _is_user_class(cls: type) -> bool:
+    """Classes whose attributes user code may rebind: defined in user code, not enums."""
+    return not cls.__flags__ & _IMMUTABLE_TYPE and not issubclass(cls, enum.Enum) and _is_user_module(cls.__module__)
 
 
 def _callees(value: Any) -> List[Any]:
@@ -160,7 +189,7 @@ def reachable_slots(fn: Any, args: Sequence[Any], kwargs: Dict[str, Any], limit:
             continue
         seen.add(id(item))
         if isinstance(item, type):
-            if item.__module__ in ("builtins",) or item.__module__.startswith(("torch", "minidynamo")):
+            if not _is_user_class(item):
                 continue
             for name, value in list(vars(item).items()):
                 if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
@@ -171,10 +200,11 @@ def reachable_slots(fn: Any, args: Sequence[Any], kwargs: Dict[str, Any], limit:
         if not isinstance(item, types.FunctionType) or not _is_user_code(item):
             continue
         namespace = item.__globals__
-        for name in set(_code_names(item.__code__)):
-            if name in namespace:
+        names, stored = _global_names(item.__code__)
+        for name in names:
+            if name in namespace or name in stored:
                 slots.setdefault((id(namespace), name), _global_slot(namespace, name))
-                todo.extend(_callees(namespace[name]))
+                todo.extend(_callees(namespace.get(name)))
         for name, cell in zip(item.__code__.co_freevars, item.__closure__ or ()):
             slot = _cell_slot(cell, f"closure variable '{name}' of {item.__qualname__}")
             slots.setdefault((id(cell), ""), slot)
@@ -635,32 +665,41 @@ def _passes_through(exc: BaseException) -> bool:
     return isinstance(exc, (Unsupported, BackendCompilerFailed, VerifyError))
 
 
-def _argument_paths(fn: Callable, args: tuple, kwargs: dict) -> List[str]:
+def positional_names(fn: Callable) -> List[str]:
+    """Names of `fn`'s positional parameters, to name arguments in reports."""
     try:
         import inspect
 
-        names = [p.name for p in inspect.signature(fn).parameters.values()
-                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
-        names = []
+        return []
+
+
+def _argument_paths(names: List[str], args: tuple, kwargs: dict) -> List[str]:
     paths = [f"argument '{names[i]}'" if i < len(names) else f"argument {i}" for i in range(len(args))]
     return paths + [f"argument '{name}'" for name in kwargs]
 
 
+def _message(exc: BaseException) -> str:
+    """The exception's message, object addresses left out (eager's objects are copies)."""
+    return re.sub(r"0x[0-9a-fA-F]+", "0x...", str(exc))
+
+
 def _compare_call(comparer: Comparer, eager: Outcome, compiled: Outcome, call_copy: tuple, call: tuple,
-                  slots: List[_Slot]) -> None:
+                  slots: List[_Slot], names: List[str]) -> None:
     if (eager.exc is None) != (compiled.exc is None):
         raise _Mismatch("the call", "one run raised, the other returned",
                         eager.exc if eager.exc is not None else eager.result,
                         compiled.exc if compiled.exc is not None else compiled.result)
     if eager.exc is not None:
-        if type(eager.exc) is not type(compiled.exc) or str(eager.exc) != str(compiled.exc):
+        if type(eager.exc) is not type(compiled.exc) or _message(eager.exc) != _message(compiled.exc):
             raise _Mismatch("the raised exception", "a different exception", eager.exc, compiled.exc)
     else:
         comparer.compare(eager.result, compiled.result, "return value")
     e_fn, e_args, e_kwargs = call_copy
     fn, args, kwargs = call
-    paths = _argument_paths(fn, args, kwargs)
+    paths = _argument_paths(names, args, kwargs)
     for path, a, b in zip(paths, [*e_args, *e_kwargs.values()], [*args, *kwargs.values()]):
         comparer.compare(a, b, path)
     if isinstance(fn, types.MethodType):
@@ -696,9 +735,10 @@ def _where_called(fn: Callable) -> str:
     return _where(code) if code is not None else repr(fn)
 
 
-def verify_call(fn: Callable, args: tuple, kwargs: dict, callback: Any, exact: bool) -> Any:
-    """Run `fn` eagerly on copies, then compiled (with `callback`) on the real inputs; compare.
-    Called with no callback set; returns or raises what the compiled call did."""
+def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) -> Any:
+    """Run the function eagerly on copies, then compiled (with `callback`) on the real inputs;
+    compare. Called with no callback set; returns or raises what the compiled call did."""
+    fn = verified.fn
     slots = reachable_slots(fn, args, kwargs)
     memo: Dict[Any, Any] = {}
     try:
@@ -720,7 +760,8 @@ def verify_call(fn: Callable, args: tuple, kwargs: dict, callback: Any, exact: b
         raise compiled.exc
     counts["verified"] += 1
     try:
-        _compare_call(Comparer(originals_of_copies(memo), exact), eager, compiled, call_copy, (fn, args, kwargs), slots)
+        _compare_call(Comparer(originals_of_copies(memo), verified.exact), eager, compiled, call_copy,
+                      (fn, args, kwargs), slots, verified.names)
     except _Mismatch as m:
         raise VerifyError(_where_called(fn), m.path, describe(m.expected), describe(m.got), m.detail,
                           describe_entries(ran)) from compiled.exc
@@ -754,6 +795,7 @@ class Verified:
 
         self.fn = fn
         self.exact = _runs_torch_kernels(callback)
+        self.names = positional_names(fn)
         if _remember not in compile_listeners:
             compile_listeners.append(_remember)
 
@@ -762,7 +804,7 @@ class Verified:
         try:
             if getattr(_thread, "eager", False):  # called from another verified call's eager run
                 return self.fn(*args, **kwargs)
-            return verify_call(self.fn, args, kwargs, callback, self.exact)
+            return verify_call(self, args, kwargs, callback)
         finally:
             _C.set_eval_frame(callback)
 
