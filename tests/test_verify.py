@@ -166,15 +166,34 @@ def test_raising_where_eager_returns():
     assert isinstance(info.value.__cause__, ValueError)
 
 
-def test_identity_of_returned_argument():
+def test_identity_of_returned_argument(monkeypatch):
+    """Without its guards on `y`, the entry for pick(t, t) returns `x` for pick(t, copy of t):
+    same values, but not the object eager returns."""
+    build = convert_frame.build_check_function
+    monkeypatch.setattr(convert_frame, "build_check_function",
+                        lambda code, guards, *rest: build(code, [g for g in guards if g.name != "L['y']"], *rest))
+
+    def pick(x, y):
+        return (x if x is y else y) + 0, y
+
+    t = torch.ones(2)
+    compiled = minidynamo.optimize("eager")(pick)
+    compiled(t, t)
+    with pytest.raises(VerifyError) as info:
+        compiled(t, t.clone())
+    assert info.value.path == "return value[1]"
+    assert "eager has the object that existed before the call, compiled a different one" in str(info.value)
+
+
+def test_output_sharing_memory_with_an_input():
     def copying_backend(gm, example_inputs):
         return lambda *args: tuple(o.clone() for o in gm.forward(*args))
 
-    def f(x):
-        return x.add_(1)
+    def flat(x):
+        return x.view(-1)
 
-    with pytest.raises(VerifyError, match="eager has the object that existed before the call"):
-        minidynamo.optimize(copying_backend)(f)(torch.ones(2))
+    with pytest.raises(VerifyError, match="at argument 'x': eager shares memory with return value, compiled does not"):
+        minidynamo.optimize(copying_backend)(flat)(torch.ones(2, 2))
 
 
 # ---- silent on correct code, each side effect once ----
