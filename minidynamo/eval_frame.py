@@ -30,6 +30,8 @@ class GuardedCode:
 class _CallbackContext:
     """Sets this thread's eval-frame callback inside a `with` block or around each call."""
 
+    verifiable = False  # minidynamo's own compiling contexts: checked against eager in verify mode
+
     def __init__(self, callback: FrameCallback) -> None:
         self.callback = callback
         self._saved: List[FrameCallback] = []
@@ -47,7 +49,7 @@ class _CallbackContext:
 
             return OptimizedModule(fn, self)
         target = fn
-        if config.verify and callable(self.callback):
+        if config.verify and self.verifiable:
             from .verify import Verified
 
             target = Verified(fn, self.callback)
@@ -131,4 +133,6 @@ def optimize(
     from .backends import lookup_backend
     from .convert_frame import ConvertFrame
 
-    return _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython, dynamic=dynamic))
+    context = _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython, dynamic=dynamic))
+    context.verifiable = True
+    return context

@@ -259,8 +259,8 @@ def _autocast_devices() -> Tuple[str, ...]:
     return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
 
 
-def global_state(callback: Any) -> Dict[str, Any]:
-    """The process-wide torch settings a call can change (`callback`: the one set for the call)."""
+def global_state() -> Dict[str, Any]:
+    """The process-wide torch settings a call can change."""
     state: Dict[str, Any] = {
         "grad mode": torch.is_grad_enabled(),
         "inference mode": torch.is_inference_mode_enabled(),
@@ -272,7 +272,6 @@ def global_state(callback: Any) -> Dict[str, Any]:
         "dispatch modes (fake mode, ...)": tuple(
             type(m).__name__ for m in torch.utils._python_dispatch._get_current_dispatch_mode_stack()),
         "torch function modes": tuple(type(m).__name__ for m in torch.overrides._get_current_function_mode_stack()),
-        "eval-frame callback restored": _C.get_eval_frame() is callback,
     }
     for device in _autocast_devices():
         state[f"autocast {device}"] = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
@@ -535,8 +534,9 @@ def _remember(record: Any) -> None:
 
 
 @contextlib.contextmanager
-def codes_run(into: set) -> Iterator[None]:
-    """Collects the code objects of the frames run inside (when no other profiler is set)."""
+def codes_run(into: Dict[int, types.CodeType]) -> Iterator[None]:
+    """Collects the code objects of the frames run inside, by id (some codes hold unhashable
+    constants), when no other profiler is set."""
     if sys.getprofile() is not None:
         yield
         return
@@ -548,20 +548,21 @@ def codes_run(into: set) -> Iterator[None]:
         yield
     finally:
         profiler.disable()
-        into.update(entry.code for entry in profiler.getstats() if isinstance(entry.code, types.CodeType))
+        into.update((id(entry.code), entry.code) for entry in profiler.getstats()
+                    if isinstance(entry.code, types.CodeType))
 
 
 def _where(code: types.CodeType) -> str:
     return f"'{code.co_qualname}' ({code.co_filename}:{code.co_firstlineno})"
 
 
-def describe_entries(ran: set) -> str:
+def describe_entries(ran: Dict[int, types.CodeType]) -> str:
     """The cache entries whose code ran: frame, guards and graphs of each."""
     lines = []
     for code in list(_converted_codes):
         entries = _C.get_cache_entries(code)
         for index, (check_fn, entry_code, _) in enumerate(entries):
-            if entry_code not in ran:
+            if id(entry_code) not in ran:
                 continue
             lines.append(f"converted frame {_where(code)}, cache entry {index + 1} of {len(entries)}:")
             record = _records.get(check_fn)
@@ -590,6 +591,18 @@ class Outcome:
     rng: Dict[str, Any] = field(default_factory=dict)
     slots: List[Any] = field(default_factory=list)
 
+    def run(self, fn: Callable, args: tuple, kwargs: dict, callback: Any) -> None:
+        """Call `fn` with `callback` set (only around the call: nothing else is converted); an
+        Exception is kept as the outcome."""
+        previous = _C.set_eval_frame(callback)
+        try:
+            self.result = fn(*args, **kwargs)
+        except Exception as e:  # compared with the other run's
+            self.exc = e
+        finally:
+            left = _C.set_eval_frame(previous)
+            self.state = {**global_state(), "eval-frame callback restored": left is callback}
+
 
 @contextlib.contextmanager
 def _silenced(stdout: io.StringIO) -> Iterator[None]:
@@ -610,21 +623,15 @@ def run_eager(fn: Callable, args: tuple, kwargs: dict, slots: List[_Slot], copie
     saved = [slot.get() for slot in slots]
     outcome = Outcome()
     stdout = io.StringIO()
-    previous = _C.set_eval_frame(None)
     _thread.eager = True
     try:
         for slot, value, new in zip(slots, saved, copies):
             if new is not value:
                 slot.put(new)
         with _silenced(stdout):
-            try:
-                outcome.result = fn(*args, **kwargs)
-            except Exception as e:  # compared with what the compiled run raises
-                outcome.exc = e
-            outcome.state = global_state(None)
+            outcome.run(fn, args, kwargs, None)
     finally:
         _thread.eager = False
-        _C.set_eval_frame(previous)
         outcome.stdout = stdout.getvalue()
         outcome.slots = [slot.get() for slot in slots]
         for slot, value in zip(slots, saved):
@@ -633,21 +640,14 @@ def run_eager(fn: Callable, args: tuple, kwargs: dict, slots: List[_Slot], copie
     return outcome
 
 
-def run_compiled(fn: Callable, args: tuple, kwargs: dict, callback: Any, ran: set) -> Outcome:
+def run_compiled(fn: Callable, args: tuple, kwargs: dict, callback: Any, ran: Dict[int, types.CodeType]) -> Outcome:
     """Run with `callback` set, collecting the codes run into `ran`; printed output is passed on."""
     outcome = Outcome()
     stdout = io.StringIO()
     compiles = _C.stats()["compiles"]
     try:
         with codes_run(ran), contextlib.redirect_stdout(stdout):
-            previous = _C.set_eval_frame(callback)
-            try:
-                outcome.result = fn(*args, **kwargs)
-            except Exception as e:  # compared with what the eager run raised
-                outcome.exc = e
-            finally:
-                outcome.state = global_state(callback)
-                _C.set_eval_frame(previous)
+            outcome.run(fn, args, kwargs, callback)
     finally:
         outcome.compiled_frames = _C.stats()["compiles"] - compiles
         outcome.stdout = stdout.getvalue()
@@ -748,12 +748,12 @@ def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) 
         counts["unverified"] += 1
         return run_with_callback(fn, args, kwargs, callback)
     copies = [_copy_slot(slot.get(), memo) for slot in slots]
-    state, rng = global_state(None), rng_state()
+    state, rng = global_state(), rng_state()
     eager = run_eager(*call_copy, slots, copies)
     eager.rng = rng_state()
     restore_global_state(state)
     set_rng_state(rng)
-    ran: set = set()
+    ran: Dict[int, types.CodeType] = {}
     compiled = run_compiled(fn, args, kwargs, callback, ran)
     compiled.rng, compiled.slots = rng_state(), [slot.get() for slot in slots]
     if compiled.exc is not None and _passes_through(compiled.exc):
