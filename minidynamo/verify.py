@@ -162,12 +162,18 @@ def _is_user_class(cls: type) -> bool:
     return not cls.__flags__ & _IMMUTABLE_TYPE and not issubclass(cls, enum.Enum) and _is_user_module(cls.__module__)
 
 
+_HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
+
+
 def _callees(value: Any) -> List[Any]:
-    """The functions and classes a value stands for, to scan next."""
+    """The functions and classes a value stands for, to scan next (a module: its classes and hooks)."""
     if isinstance(value, types.MethodType):
-        return [value.__func__, type(value.__self__)]
+        owner = value.__self__
+        return [value.__func__, *(_callees(owner) if isinstance(owner, torch.nn.Module) else [type(owner)])]
     if isinstance(value, torch.nn.Module):
-        return [type(m) for m in value.modules()]
+        modules = list(value.modules())
+        return [type(m) for m in modules] + [hook for m in modules for name in _HOOK_DICTS
+                                             for hook in getattr(m, name, {}).values()]
     if isinstance(value, (staticmethod, classmethod)):
         return [value.__func__]
     if isinstance(value, property):
@@ -243,7 +249,13 @@ def deep_copy(value: Any, memo: Dict[Any, Any]) -> Any:
         if isinstance(item, torch.Tensor) and item.grad_fn is not None and id(item) not in memo:
             memo[id(item)] = copy.deepcopy(item.detach(), memo).requires_grad_(item.requires_grad)
             keep.append(item)
-    return copy.deepcopy(value, memo)
+    result = copy.deepcopy(value, memo)
+    for original in list(keep):  # Parameter's deepcopy leaves .grad behind
+        if isinstance(original, torch.Tensor) and original.is_leaf and original.grad is not None:
+            twin = memo.get(id(original))
+            if isinstance(twin, torch.Tensor) and twin.grad is None:
+                twin.grad = copy.deepcopy(original.grad, memo)
+    return result
 
 
 def originals_of_copies(memo: Dict[Any, Any]) -> Dict[int, Any]:

@@ -123,7 +123,44 @@ def test_list_append_replayed_with_a_custom_backend():
     assert len(xs) == 2 and verify.counts["verified"] == before + 1
 
 
-def test_leaked_grad_mode():
+class PassThroughMode(torch.utils._python_dispatch.TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+PASS_THROUGH = PassThroughMode()
+LEAKS = {  # what a compiled function leaves changed, how the test undoes it, the path reported
+    "grad mode": (lambda: torch._C._set_grad_enabled(False), lambda: torch._C._set_grad_enabled(True)),
+    "autocast cpu": (lambda: torch.set_autocast_enabled("cpu", True), lambda: torch.set_autocast_enabled("cpu", False)),
+    "default dtype": (lambda: torch.set_default_dtype(torch.float64), lambda: torch.set_default_dtype(torch.float32)),
+    "deterministic algorithms": (lambda: torch.use_deterministic_algorithms(True),
+                                 lambda: torch.use_deterministic_algorithms(False)),
+    "dispatch modes (fake mode, ...)": (PASS_THROUGH.__enter__, lambda: PASS_THROUGH.__exit__(None, None, None)),
+}
+
+
+@pytest.mark.parametrize("state", list(LEAKS))
+def test_leaked_global_state(state):
+    leak, undo = LEAKS[state]
+
+    def leaking_backend(gm, example_inputs):
+        def run(*args):
+            outs = gm.forward(*args)
+            leak()
+            return outs
+        return run
+
+    try:
+        with pytest.raises(VerifyError) as info:
+            minidynamo.optimize(leaking_backend)(scale)(torch.ones(2), 3)
+    finally:
+        undo()
+    assert info.value.path == f"global state: {state}"
+    assert "the compiled call left it differently" in str(info.value)
+    assert "converted frame 'scale'" in str(info.value)
+
+
+def test_leaked_grad_mode_values_shown():
     def leaking_backend(gm, example_inputs):
         def run(*args):
             torch._C._set_grad_enabled(False)
@@ -135,24 +172,7 @@ def test_leaked_grad_mode():
             minidynamo.optimize(leaking_backend)(scale)(torch.ones(2), 3)
     finally:
         torch._C._set_grad_enabled(True)
-    assert info.value.path == "global state: grad mode"
     assert "eager:    True" in str(info.value) and "compiled: False" in str(info.value)
-
-
-def test_leaked_default_dtype_and_deterministic_mode():
-    def leaking_backend(gm, example_inputs):
-        def run(*args):
-            torch.set_default_dtype(torch.float64)
-            torch.use_deterministic_algorithms(True)
-            return gm.forward(*args)
-        return run
-
-    try:
-        with pytest.raises(VerifyError, match="global state: default dtype"):
-            minidynamo.optimize(leaking_backend)(scale)(torch.ones(2), 3)
-    finally:
-        torch.set_default_dtype(torch.float32)
-        torch.use_deterministic_algorithms(False)
 
 
 def test_raising_where_eager_returns():
