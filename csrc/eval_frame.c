@@ -177,7 +177,7 @@ static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *
 static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
 {
     PyObject *callback = tls_callback;
-    if (callback == NULL || tls_busy || throwflag)
+    if (callback == NULL || tls_busy || throwflag || cache_size_limit == 0)
         return previous_eval(ts, f, throwflag);
     PyCodeObject *code = frame_code(f);
     CodeExtra *extra = cache_lookup(code);
@@ -420,6 +420,8 @@ static PyMethodDef methods[] = {
     {"set_cache_limit_hook", set_cache_limit_hook, METH_O,
      "Call hook(frame_info) (instead of warning) the first time a code object reaches the limit."},
     {"stats", get_stats, METH_NOARGS, "Counters of the hook."},
+    {"strict_equal", guards_strict_equal, METH_VARARGS,
+     "The equality EQUALS_MATCH guards check: same types element by element, floats bit for bit."},
     {"reset_stats", reset_stats, METH_NOARGS, "Zero the counters of the hook."},
     {NULL, NULL, 0, NULL},
 };

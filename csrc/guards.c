@@ -10,7 +10,7 @@
 #include <structmember.h>
 
 enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST };
-enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL };
+enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL, CHK_HASATTR, CHK_CONTAINS };
 
 #define STACK_VALUES 64
 
@@ -26,9 +26,9 @@ unsigned long long guards_next_epoch(void)
 typedef struct {
     PyObject_HEAD
     int kind;
-    int weak;             /* CHK_ID: `expected` is a weak reference to the object */
-    PyObject *expected;   /* type, object, value, tuple of keys or callable, by kind */
-    PyObject *expected2;  /* CHK_CALL: the result `expected()` must be */
+    int weak;             /* CHK_ID, CHK_TYPE: `expected` is a weak reference to the object */
+    PyObject *expected;   /* type, object, value, tuple of keys, callable, attribute name or key, by kind */
+    PyObject *expected2;  /* CHK_CALL: the result `expected()` must be; CHK_HASATTR, CHK_CONTAINS: present */
     Py_ssize_t length;    /* CHK_LEN */
     unsigned long long passed_epoch;
 } GuardCheck;
@@ -44,12 +44,12 @@ static PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|Onp:GuardCheck", names, &kind, &expected, &expected2,
                                      &length, &weak))
         return NULL;
-    if (kind < CHK_TYPE || kind > CHK_CALL) {
+    if (kind < CHK_TYPE || kind > CHK_CONTAINS) {
         PyErr_Format(PyExc_ValueError, "unknown guard check kind %d", kind);
         return NULL;
     }
-    if (weak && !PyWeakref_Check(expected)) {
-        PyErr_SetString(PyExc_TypeError, "a weak identity check needs a weakref");
+    if (weak && (!PyWeakref_Check(expected) || (kind != CHK_ID && kind != CHK_TYPE))) {
+        PyErr_SetString(PyExc_TypeError, "a weak check is an identity or type check on a weakref");
         return NULL;
     }
     GuardCheck *c = (GuardCheck *)type->tp_alloc(type, 0);
@@ -120,6 +120,96 @@ static int dict_keys_equal(PyObject *dict, PyObject *keys)
     return 1;
 }
 
+static int strict_equal(PyObject *a, PyObject *b);
+
+static int same_bits(double a, double b)
+{
+    return memcmp(&a, &b, sizeof(double)) == 0;
+}
+
+/* Sets hold no two equal elements, so each element of `a` has at most one equal element in `b`;
+ * it must also be strictly equal. Guarded sets are small: the pairwise search stays cheap. */
+static int sets_strict_equal(PyObject *a, PyObject *b)
+{
+    if (PySet_GET_SIZE(a) != PySet_GET_SIZE(b))
+        return 0;
+    Py_ssize_t pos_a = 0, pos_b;
+    PyObject *x, *y;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(a, &pos_a, &x, &hash)) {
+        int found = PySet_Contains(b, x);
+        if (found <= 0)
+            return found;
+        if (PyUnicode_CheckExact(x) || PyBytes_CheckExact(x) || x == Py_None)
+            continue; /* equal only to an element of the same type and value */
+        found = 0;
+        pos_b = 0;
+        while (!found && _PySet_NextEntry(b, &pos_b, &y, &hash))
+            if ((found = strict_equal(x, y)) < 0)
+                return -1;
+        if (!found)
+            return 0;
+    }
+    return 1;
+}
+
+/* Equal values of exactly the same type, element by element: (2,) is not (2.0,), True is not 1,
+ * and floats match bit for bit (0.0 is not -0.0; a nan matches the same nan). */
+static int strict_equal(PyObject *a, PyObject *b)
+{
+    if (Py_TYPE(a) != Py_TYPE(b))
+        return 0;
+    if (a == b)
+        return 1;
+    if (PyFloat_CheckExact(a))
+        return same_bits(PyFloat_AS_DOUBLE(a), PyFloat_AS_DOUBLE(b));
+    if (PyComplex_CheckExact(a)) {
+        Py_complex ca = PyComplex_AsCComplex(a), cb = PyComplex_AsCComplex(b);
+        return same_bits(ca.real, cb.real) && same_bits(ca.imag, cb.imag);
+    }
+    if (PyTuple_Check(a)) {
+        Py_ssize_t n = PyTuple_GET_SIZE(a);
+        if (n != PyTuple_GET_SIZE(b))
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int eq = strict_equal(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i));
+            if (eq <= 0)
+                return eq;
+        }
+        return 1;
+    }
+    if (PyAnySet_Check(a))
+        return sets_strict_equal(a, b);
+    if (PySlice_Check(a)) {
+        PySliceObject *sa = (PySliceObject *)a, *sb = (PySliceObject *)b;
+        int eq = strict_equal(sa->start, sb->start);
+        if (eq > 0)
+            eq = strict_equal(sa->stop, sb->stop);
+        return eq > 0 ? strict_equal(sa->step, sb->step) : eq;
+    }
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
+/* The target of an identity or type check; NULL (and *dead set) once a weakly held one died. */
+static PyObject *check_target(GuardCheck *c, int *dead)
+{
+    if (!c->weak)
+        return c->expected;
+    PyObject *target = PyWeakref_GET_OBJECT(c->expected);
+    if (target != Py_None)
+        return target;
+    *dead = 1;
+    return NULL;
+}
+
+static int has_attr(PyObject *obj, PyObject *name)
+{
+    PyObject *attr;
+    int found = _PyObject_LookupAttr(obj, name, &attr);
+    Py_XDECREF(attr);
+    return found;
+}
+
 /* 1 pass, 0 fail, -1 error; `other` is the second value of CHK_ALIAS. `*dead` is set when a
  * weakly held object has died (the entry can never pass again). */
 static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
@@ -132,29 +222,37 @@ static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
     }
     if (value == NULL)
         return 0;
+    int found;
     switch (c->kind) {
     case CHK_TYPE:
-        return (PyObject *)Py_TYPE(value) == c->expected;
-    case CHK_ID: {
-        PyObject *target = c->weak ? PyWeakref_GET_OBJECT(c->expected) : c->expected;
-        if (c->weak && target == Py_None) {
-            *dead = 1;
-            return 0;
-        }
-        return value == target;
-    }
+        return (PyObject *)Py_TYPE(value) == check_target(c, dead);
+    case CHK_ID:
+        return value == check_target(c, dead);
     case CHK_EQUALS:
-        if (Py_TYPE(value) != Py_TYPE(c->expected))
-            return 0;
-        return value == c->expected ? 1 : PyObject_RichCompareBool(value, c->expected, Py_EQ);
+        return strict_equal(value, c->expected);
     case CHK_LEN:
         return (PyObject *)Py_TYPE(value) == c->expected && PyObject_Length(value) == c->length;
     case CHK_DICT_KEYS:
         return dict_keys_equal(value, c->expected);
     case CHK_ALIAS:
         return other != NULL && value == other;
+    case CHK_HASATTR:
+        found = has_attr(value, c->expected);
+        return found < 0 ? -1 : found == (c->expected2 == Py_True);
+    case CHK_CONTAINS:
+        found = PySequence_Contains(value, c->expected);
+        return found < 0 ? -1 : found == (c->expected2 == Py_True);
     }
     return 0;
+}
+
+PyObject *guards_strict_equal(PyObject *self, PyObject *args)
+{
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "OO:strict_equal", &a, &b))
+        return NULL;
+    int eq = strict_equal(a, b);
+    return eq < 0 ? NULL : PyBool_FromLong(eq);
 }
 
 /* ---- GuardSet ---- */
@@ -180,8 +278,7 @@ typedef struct {
     PyObject *tensor_check; /* callable(*tensors) -> bool, or NULL */
     int *tensor_acc;
     int n_tensors;
-    PyObject *fallback;     /* callable(L) -> bool, or NULL */
-    PyObject *globals;
+    PyObject *fallback;     /* callable(L, G) -> bool, or NULL */
     int valid;
     PyObject *dict;
     PyObject *weakreflist;
@@ -211,7 +308,7 @@ static PyObject *fetch(GuardSet *gs, Env *env, int i)
         Py_XINCREF(v);
         break;
     case ACC_GLOBAL:
-        v = Py_XNewRef(PyDict_GetItemWithError(env->globals, a->key));
+        v = env->globals != NULL ? Py_XNewRef(PyDict_GetItemWithError(env->globals, a->key)) : NULL;
         break;
     case ACC_CONST:
         v = Py_NewRef(a->key);
@@ -271,7 +368,8 @@ static int check_fallback(GuardSet *gs, Env *env)
     PyObject *locals = env->frame != NULL ? frame_locals(env->frame) : Py_NewRef(env->locals);
     if (locals == NULL)
         return -1;
-    PyObject *r = PyObject_CallOneArg(gs->fallback, locals);
+    PyObject *args[2] = {locals, env->globals != NULL ? env->globals : Py_None};
+    PyObject *r = PyObject_Vectorcall(gs->fallback, args, 2, NULL);
     Py_DECREF(locals);
     int ok = r == NULL ? -1 : PyObject_IsTrue(r);
     Py_XDECREF(r);
@@ -344,13 +442,15 @@ int guardset_eval_frame(PyObject *obj, struct _PyInterpreterFrame *f, unsigned l
     return eval_env((GuardSet *)obj, &env, epoch);
 }
 
+/* The set does not own the globals it was built for: entries live in co_extra, which the
+ * collector cannot see, and a function's globals often hold the function (and so its code). */
 static PyObject *guardset_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *locals;
-    if (!PyArg_ParseTuple(args, "O!:GuardSet", &PyDict_Type, &locals))
+    PyObject *locals, *globals = NULL;
+    if (!PyArg_ParseTuple(args, "O!|O!:GuardSet", &PyDict_Type, &locals, &PyDict_Type, &globals))
         return NULL;
     GuardSet *gs = (GuardSet *)self;
-    Env env = {NULL, locals, gs->globals, NULL, NULL};
+    Env env = {NULL, locals, globals, NULL, NULL};
     int ok = eval_env(gs, &env, 0);
     return ok < 0 ? NULL : PyBool_FromLong(ok);
 }
@@ -437,16 +537,15 @@ static void guardset_free_tables(GuardSet *gs)
 
 static PyObject *guardset_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"accessors", "items", "globals", "tensor_check", "tensor_accessors", "fallback", NULL};
-    PyObject *accessors, *items, *globals, *tensor_check = Py_None, *tensor_accessors = NULL, *fallback = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!|OOO:GuardSet", names, &accessors, &items, &PyDict_Type,
-                                     &globals, &tensor_check, &tensor_accessors, &fallback))
+    static char *names[] = {"accessors", "items", "tensor_check", "tensor_accessors", "fallback", NULL};
+    PyObject *accessors, *items, *tensor_check = Py_None, *tensor_accessors = NULL, *fallback = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|OOO:GuardSet", names, &accessors, &items, &tensor_check,
+                                     &tensor_accessors, &fallback))
         return NULL;
     GuardSet *gs = (GuardSet *)type->tp_alloc(type, 0);
     if (gs == NULL)
         return NULL;
     gs->valid = 1;
-    gs->globals = Py_NewRef(globals);
     gs->tensor_check = tensor_check == Py_None ? NULL : Py_NewRef(tensor_check);
     gs->fallback = fallback == Py_None ? NULL : Py_NewRef(fallback);
     PyObject *acc_seq = PySequence_Fast(accessors, "accessors must be a sequence");
@@ -481,7 +580,6 @@ static int guardset_traverse(GuardSet *gs, visitproc visit, void *arg)
         Py_VISIT(gs->items[i].check);
     Py_VISIT(gs->tensor_check);
     Py_VISIT(gs->fallback);
-    Py_VISIT(gs->globals);
     Py_VISIT(gs->dict);
     return 0;
 }
@@ -491,7 +589,6 @@ static int guardset_clear(GuardSet *gs)
     guardset_free_tables(gs);
     Py_CLEAR(gs->tensor_check);
     Py_CLEAR(gs->fallback);
-    Py_CLEAR(gs->globals);
     Py_CLEAR(gs->dict);
     return 0;
 }
@@ -522,8 +619,8 @@ static PyTypeObject GuardSetType = {
     .tp_name = "minidynamo._C.GuardSet",
     .tp_basicsize = sizeof(GuardSet),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "GuardSet(accessors, items, globals, tensor_check=None, tensor_accessors=(), fallback=None):\n"
-              "the guards of one cache entry; call it with a locals dict, or let the hook check a frame.",
+    .tp_doc = "GuardSet(accessors, items, tensor_check=None, tensor_accessors=(), fallback=None):\n"
+              "the guards of one cache entry; call it with a locals (and globals) dict, or let the hook check a frame.",
     .tp_new = guardset_new,
     .tp_call = guardset_call,
     .tp_dealloc = (destructor)guardset_dealloc,
@@ -555,6 +652,7 @@ int guards_init_types(PyObject *module)
         {"ACC_LOCAL", ACC_LOCAL}, {"ACC_GLOBAL", ACC_GLOBAL}, {"ACC_ATTR", ACC_ATTR}, {"ACC_ITEM", ACC_ITEM},
         {"ACC_CONST", ACC_CONST}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
         {"CHK_LEN", CHK_LEN}, {"CHK_DICT_KEYS", CHK_DICT_KEYS}, {"CHK_ALIAS", CHK_ALIAS}, {"CHK_CALL", CHK_CALL},
+        {"CHK_HASATTR", CHK_HASATTR}, {"CHK_CONTAINS", CHK_CONTAINS},
     };
     for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)

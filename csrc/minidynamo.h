@@ -75,5 +75,6 @@ int guardset_check(PyObject *guardset); /* is it a GuardSet? */
 int guardset_eval_frame(PyObject *guardset, struct _PyInterpreterFrame *f, unsigned long long epoch);
 int guardset_valid(PyObject *guardset);
 unsigned long long guards_next_epoch(void);
+PyObject *guards_strict_equal(PyObject *self, PyObject *args); /* _C.strict_equal(a, b) */
 
 #endif

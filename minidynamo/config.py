@@ -24,7 +24,8 @@ verify_atol: Optional[float] = None
 class _ConfigModule(types.ModuleType):
     @property
     def cache_size_limit(self) -> int:
-        """Entries per code object before it runs unconverted (with one warning). Default 8."""
+        """Entries per code object before it runs unconverted (with one warning). Default 8;
+        0 never compiles (frames run as they are, without warnings)."""
         return _C.get_cache_size_limit()
 
     @cache_size_limit.setter

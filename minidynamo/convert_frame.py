@@ -100,8 +100,6 @@ class FrameRecord:
 compile_listeners: List[Callable[[FrameRecord], None]] = []
 counters: "collections.Counter[str]" = collections.Counter()
 recompiles_log = logging.getLogger("minidynamo.recompiles")
-# the CheckFunction (guards, reasons) behind each entry's check_fn
-_check_functions: "weakref.WeakKeyDictionary[Any, CheckFunction]" = weakref.WeakKeyDictionary()
 
 
 def recompile_reason(frame: Any, owner: Any = None) -> Optional[str]:
@@ -109,7 +107,7 @@ def recompile_reason(frame: Any, owner: Any = None) -> Optional[str]:
     for check_fn, _, entry_owner in _C.get_cache_entries(frame.f_code):
         if owner is not None and entry_owner is not owner:
             continue
-        check = _check_functions.get(check_fn)
+        check = getattr(check_fn, "check_function", None)  # set on the guard sets we build
         if check is None:
             return "the guards of the latest entry failed"
         return check.failure_reason(frame.f_locals, frame.f_globals) or "the guards of the latest entry failed"
@@ -215,7 +213,6 @@ class ConvertFrame:
         record.transformed_code = tracer.generated_code
         record.check = build_check_function(frame.f_code, list(output.guards.values()), frame.f_locals,
                                             frame.f_globals, output.namespaces)
-        _check_functions[record.check.fn] = record.check
         return GuardedCode(tracer.generated_code, record.check.fn)
 
     def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:

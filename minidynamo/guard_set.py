@@ -1,9 +1,10 @@
 """Builds the C GuardSet of a cache entry from its guards.
 
 Sources become accessors (a local slot, a global, an attribute or item of another accessor);
-each guard becomes a GuardCheck on an accessor. Checks are shared between the entries of one code
-object, so a guard common to several entries passes once per lookup. Tensor properties go to
-one TensorGuards call; shape-env relations to a small Python fallback.
+each guard's kind rule (guards.py) turns it into GuardChecks on accessors. Checks are shared between
+the entries of one code object, so a guard common to several entries passes once per lookup. Tensor
+properties go to one TensorGuards call; shape-env relations and unreachable sources to a small
+Python fallback. The set holds no strong reference to the frame's globals (see csrc/guards.c).
 """
 from __future__ import annotations
 
@@ -15,16 +16,12 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
-from .guards import CheckFunction, Guard, GuardKind, code_for, detach_value, reason_for, render_source
+from .guards import CheckFunction, Guard, GuardKind, NotExpressible, code_for, detach_value, reason_for, render_source
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
                      ModuleGlobalsSource, Source)
 
 # per code object: check key -> (GuardCheck, GuardSets using it)
 _shared: "weakref.WeakKeyDictionary[types.CodeType, Dict[Tuple, Any]]" = weakref.WeakKeyDictionary()
-
-
-class _NotExpressible(Exception):
-    pass
 
 
 def local_slots(code: types.CodeType) -> Dict[str, int]:
@@ -46,13 +43,13 @@ class GuardSetBuilder:
         self.code = code
         self.slots = local_slots(code)
         self.scope = {**namespaces, "L": f_locals, "G": f_globals}
-        self.f_globals = f_globals
         self.namespaces = namespaces
         self.accessors: List[Tuple[int, int, Any, int]] = []
         self.accessor_index: Dict[str, int] = {}
         self.items: List[Tuple[Any, int, int]] = []
         self.shared = _shared.setdefault(code, {})
-        self.weak_checks: List[Tuple] = []
+        self.weak_checks: List[Any] = []
+        self.tensors: List[Guard] = []
 
     def value_of(self, source: Source) -> Any:
         return eval(source.name(), self.scope)
@@ -90,42 +87,34 @@ class GuardSetBuilder:
                 key = list(base._modules)[source.index]  # the dict entry, not the Python __getitem__
                 return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, "_modules")), key, 0)
             return (_C.ACC_ITEM, self.accessor(source.base), source.index, 0)
-        raise _NotExpressible(type(source).__name__)
+        raise NotExpressible(type(source).__name__)
 
-    def check(self, key: Tuple, kind: int, expected: Any, **kwargs: Any) -> Any:
-        """The GuardCheck for `key`, shared with earlier entries of the same code."""
+    def check(self, key: Tuple, kind: int, expected: Any, same: Optional[Callable[[Any], bool]] = None,
+              **kwargs: Any) -> Any:
+        """The GuardCheck for `key`, shared with earlier entries of the same code; `same(check)` says
+        whether a shared check found under an equal key really expects this value."""
         try:
             known = self.shared.get(key)
         except TypeError:  # unhashable expected value: not shared
             return _C.GuardCheck(kind, expected, **kwargs)
+        if known is not None and (same is None or same(known)):
+            return known
+        check = _C.GuardCheck(kind, expected, **kwargs)
         if known is None:
-            known = self.shared[key] = _C.GuardCheck(kind, expected, **kwargs)
-        return known
+            self.shared[key] = check
+        return check
 
-    def add(self, guard: Guard) -> None:
-        name, kind, value = guard.name, guard.kind, guard.value
-        acc = self.accessor(guard.source) if guard.source is not None else -1
-        if kind is GuardKind.TYPE_MATCH:
-            self.items.append((self.check((name, "type", id(value)), _C.CHK_TYPE, value), acc, -1))
-        elif kind in (GuardKind.ID_MATCH, GuardKind.NN_MODULE):
-            self.items.append((self.identity_check(name, value), acc, -1))
-        elif kind is GuardKind.EQUALS_MATCH:
-            self.items.append((self.check((name, "eq", type(value), value), _C.CHK_EQUALS, value), acc, -1))
-        elif kind is GuardKind.LIST_LENGTH:
-            key = (name, "len", type(value), len(value))
-            self.items.append((self.check(key, _C.CHK_LEN, type(value), length=len(value)), acc, -1))
-        elif kind is GuardKind.DICT_KEYS:
-            keys = tuple(value)
-            self.items.append((self.check((name, "keys", keys), _C.CHK_DICT_KEYS, keys), acc, -1))
-        elif kind is GuardKind.ALIAS_OF:
-            check = self.check((name, "alias", value.name()), _C.CHK_ALIAS, None)
-            self.items.append((check, acc, self.accessor(value)))
-        elif kind is GuardKind.GRAD_MODE:
-            check = self.check(("", "grad", value), _C.CHK_CALL, torch.is_grad_enabled, expected2=value)
-            self.items.append((check, -1, -1))
+    def item(self, check: Any, acc: int = -1, acc2: int = -1) -> None:
+        """Check `check` on the values of accessors `acc` (and `acc2`) on every lookup."""
+        self.items.append((check, acc, acc2))
 
-    def identity_check(self, name: str, value: Any) -> Any:
-        key = (name, "id", id(value))
+    def add_tensor(self, guard: Guard) -> None:
+        self.accessor(guard.source)
+        self.tensors.append(guard)
+
+    def weak_check(self, name: str, kind: int, value: Any) -> Any:
+        """An identity (or type) check that holds its object weakly: the entry dies with it."""
+        key = (name, kind, id(value))
         known = self.shared.get(key)
         if known is not None:
             target = known.expected() if isinstance(known.expected, weakref.ref) else known.expected
@@ -135,8 +124,8 @@ class GuardSetBuilder:
         try:
             ref = weakref.ref(value, self._died_callback())
         except TypeError:
-            return self.check(key, _C.CHK_ID, value)
-        return self.check(key, _C.CHK_ID, ref, weak=True)
+            return self.check(key, kind, value)
+        return self.check(key, kind, ref, weak=True)
 
     def _died_callback(self) -> Any:
         """When an identified object dies, entries guarding on it are dropped at once."""
@@ -156,37 +145,35 @@ class GuardSetBuilder:
 
     def build(self, guards: Sequence[Guard]) -> CheckFunction:
         ordered = sorted(guards, key=Guard.sort_key)
-        tensors: List[Guard] = []
         in_python: List[Guard] = []  # guards on sources the C accessors cannot reach, and shape relations
         for guard in ordered:
             guard.code_list = code_for(guard)
             try:
-                if guard.kind is GuardKind.SHAPE_ENV:
-                    in_python.append(guard)
-                elif guard.kind is GuardKind.TENSOR_MATCH:
-                    self.accessor(guard.source)
-                    tensors.append(guard)
-                else:
-                    self.add(guard)
-            except _NotExpressible:
+                guard.kind.rule.lower(guard, self)
+            except NotExpressible:
                 in_python.append(guard)
-        tensor_check, tensor_accessors = None, []
-        if tensors:
-            values = [self.value_of(g.source) for g in tensors]
-            tensor_check = TensorGuards(
-                *values,
-                dynamic_dims_sizes=[_static_dims(t.size(), g.dynamic_dims) for t, g in zip(values, tensors)],
-                # strides of a tensor with a symbolic size are symbolic expressions: left unchecked
-                dynamic_dims_strides=[_static_dims(t.stride(), range(t.dim()) if g.dynamic_dims else ())
-                                      for t, g in zip(values, tensors)],
-            ).check
-            tensor_accessors = [self.accessor(g.source) for g in tensors]
-        stored = [detach_value(g) for g in ordered]
-        fallback = _python_check([detach_value(g) for g in in_python], self.f_globals, self.namespaces) if in_python else None
-        guard_set = _C.GuardSet(self.accessors, self.items, self.f_globals, tensor_check, tensor_accessors, fallback)
+        tensor_check, tensor_accessors = self._tensor_check()
+        fallback = _python_check([detach_value(g) for g in in_python], self.namespaces) if in_python else None
+        guard_set = _C.GuardSet(self.accessors, self.items, tensor_check, tensor_accessors, fallback)
         for users in self.weak_checks:
             users.add(guard_set)
-        return CheckFunction(guard_set, stored, render_source(ordered), self.namespaces)
+        check = CheckFunction(guard_set, [detach_value(g) for g in ordered], render_source(ordered), self.namespaces)
+        guard_set.check_function = check  # for recompile reasons; dies with the entry
+        return check
+
+    def _tensor_check(self) -> Tuple[Optional[Callable], List[int]]:
+        """One TensorGuards call for every tensor guard, and the accessors of its arguments."""
+        if not self.tensors:
+            return None, []
+        values = [self.value_of(g.source) for g in self.tensors]
+        check = TensorGuards(
+            *values,
+            dynamic_dims_sizes=[_static_dims(t.size(), g.dynamic_dims) for t, g in zip(values, self.tensors)],
+            # strides of a tensor with a symbolic size are symbolic expressions: left unchecked
+            dynamic_dims_strides=[_static_dims(t.stride(), range(t.dim()) if g.dynamic_dims else ())
+                                  for t, g in zip(values, self.tensors)],
+        ).check
+        return check, [self.accessor(g.source) for g in self.tensors]
 
 
 def build_check_function(code: types.CodeType, guards: Sequence[Guard], f_locals: Dict[str, Any],
@@ -195,20 +182,13 @@ def build_check_function(code: types.CodeType, guards: Sequence[Guard], f_locals
     return GuardSetBuilder(code, f_locals, f_globals, namespaces).build(guards)
 
 
-def _python_check(guards: List[Guard], f_globals: Dict[str, Any],
-                  namespaces: Dict[str, Dict[str, Any]]) -> Callable[[Dict[str, Any]], bool]:
-    """One Python function, compiled once, for the guards the C guard set leaves to Python:
-    shape relations as written, others through the same check that explains failures."""
-    scope: Dict[str, Any] = {**namespaces, "G": f_globals, "torch": torch, "types": types,
-                             "___reason": reason_for, "___guards": guards, "___namespaces": namespaces}
-    terms = []
-    for i, guard in enumerate(guards):
-        if guard.kind is GuardKind.SHAPE_ENV:
-            terms.extend(f"({expr})" for expr in guard.value)
-        else:  # an alias guard evaluates the other source, so it gets the frame's scope
-            names = "{**___namespaces, 'L': L, 'G': G}" if guard.kind is GuardKind.ALIAS_OF else "{}"
-            terms.append(f"___reason(___guards[{i}], {guard.name}, {names}) is None")
-    source = ("def ___check(L):\n    try:\n        return (" + "\n            and ".join(terms or ["True"])
+def _python_check(guards: List[Guard], namespaces: Dict[str, Dict[str, Any]]) -> Callable[..., bool]:
+    """One Python function, compiled once, for the guards the C guard set leaves to Python, called
+    with the frame's locals and globals: each kind's rule says how it reads there."""
+    scope: Dict[str, Any] = {**namespaces, "torch": torch, "types": types, "___reason": reason_for,
+                             "___guards": guards, "___namespaces": namespaces}
+    terms = [term for i, guard in enumerate(guards) for term in guard.kind.rule.python_terms(guard, i)]
+    source = ("def ___check(L, G):\n    try:\n        return (" + "\n            and ".join(terms or ["True"])
               + ")\n    except Exception:\n        return False\n")
     exec(compile(source, "<minidynamo python guards>", "exec"), scope)
     return scope["___check"]

@@ -1,35 +1,49 @@
-"""Guards: the assumptions a compiled entry relies on, the check function built from them, and
-why a check failed.
+"""Guards: the assumptions a compiled entry relies on, one rule per kind (text, check, failure reason).
 
-A guard is a (source, kind) pair with the value it expects. The guards of one entry become a
-C `GuardSet` (see guard_set.py) that the hook evaluates on the frame's local slots; the same
-guards are rendered as Python source for reports, and explain why an entry stopped matching.
+A guard is a (source, kind) pair with the value it expects. Each kind has one `KindRule` below that
+says how the guard reads as Python (for reports), why a value fails it (for recompile reasons), how
+it becomes C `GuardCheck`s of the entry's guard set (see guard_set.py) or, failing that, a Python
+check, and which guards it counts as duplicates. Adding a kind is adding one rule.
 """
 from __future__ import annotations
 
+import abc
 import enum
+import json
 import math
 import types
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from torch._C._dynamo.guards import GlobalStateGuard
 
+from . import _C
 from .source import Source
+
+if TYPE_CHECKING:
+    from .guard_set import GuardSetBuilder
 
 
 class GuardKind(enum.Enum):
     TYPE_MATCH = "TYPE_MATCH"
     ID_MATCH = "ID_MATCH"
-    EQUALS_MATCH = "EQUALS_MATCH"
+    EQUALS_MATCH = "EQUALS_MATCH"  # same type and value, element by element; floats bit for bit
     TENSOR_MATCH = "TENSOR_MATCH"
     LIST_LENGTH = "LIST_LENGTH"
     DICT_KEYS = "DICT_KEYS"
+    DICT_CONTAINS = "DICT_CONTAINS"  # value: (key, present): `(key in d) == present`
+    HASATTR = "HASATTR"  # value: (attribute name, present): `hasattr(obj, name) == present`
     NN_MODULE = "NN_MODULE"
     GRAD_MODE = "GRAD_MODE"
+    GLOBAL_STATE = "GLOBAL_STATE"  # source None; value: a GlobalState captured when the trace began
     ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor this one must be
     SHAPE_ENV = "SHAPE_ENV"  # value: Python expressions over L and G relating symbolic sizes
+
+    @property
+    def rule(self) -> "KindRule":
+        return RULES[self]
 
 
 @dataclass
@@ -47,6 +61,11 @@ class Guard:
     @property
     def create_fn_name(self) -> str:
         return self.kind.value
+
+    @property
+    def dedupe_key(self) -> Tuple:
+        """Guards with the same key say the same thing: an entry keeps the first."""
+        return self.kind.rule.dedupe_key(self)
 
     def sort_key(self) -> Tuple[int, str, str]:
         depth = self.source.depth() if self.source is not None else -1
@@ -73,18 +92,54 @@ class TensorSpec:
                           tuple(tensor.stride()), torch._C._dispatch_keys(tensor))
 
 
-def detach_value(guard: Guard) -> Guard:
-    """The guard as stored with an entry: no strong references to tensors or identified objects,
-    so that they can die (and their entry with them)."""
-    value = guard.value
-    if guard.kind is GuardKind.TENSOR_MATCH and isinstance(value, torch.Tensor):
-        value = TensorSpec.of(value)
-    elif guard.kind in (GuardKind.ID_MATCH, GuardKind.NN_MODULE):
-        try:
-            value = weakref.ref(value)
-        except TypeError:
-            pass
-    return Guard(guard.source, guard.kind, value, list(guard.code_list), guard.dynamic_dims)
+# Process state outside torch's GlobalStateGuard that changes what a traced frame does:
+# (name in reasons, function reading it).
+_EXTRA_STATE: Tuple[Tuple[str, Callable[[], Any]], ...] = (
+    ("profiler enabled", torch.autograd._profiler_enabled),
+    ("torch function modes", torch._C._len_torch_function_stack),
+    ("torch dispatch modes", torch._C._len_torch_dispatch_stack),
+    ("inference mode", torch.is_inference_mode_enabled),
+)
+
+
+@dataclass(frozen=True)
+class GlobalState:
+    """The global torch state a frame was entered with: torch's GlobalStateGuard (grad mode,
+    autocast per device, default dtype, deterministic algorithms, torch function enabled, ...)
+    plus the profiler, the mode stacks and inference mode."""
+
+    torch_guard: Any
+    extra: Tuple[Any, ...]
+
+    @staticmethod
+    def capture() -> "GlobalState":
+        return GlobalState(GlobalStateGuard(), tuple(read() for _, read in _EXTRA_STATE))
+
+    def fields(self) -> Dict[str, Any]:
+        return json.loads(self.torch_guard.__getstate__())
+
+    def changes(self) -> List[str]:
+        """What differs now, in words ('deterministic_algorithms (expected False, got True)')."""
+        now = GlobalState.capture()
+        changed = []
+        if not self.torch_guard.check():
+            then_fields, now_fields = self.fields(), now.fields()
+            changed = [_change(k, then_fields[k], now_fields.get(k)) for k in then_fields
+                       if then_fields[k] != now_fields.get(k)] or [self.torch_guard.reason().strip()]
+        changed += [_change(name, then, got) for (name, _), then, got in zip(_EXTRA_STATE, self.extra, now.extra)
+                    if then != got]
+        return changed
+
+
+def _change(name: str, expected: Any, got: Any) -> str:
+    if isinstance(expected, (dict, list)):
+        return name
+    return f"{name} (expected {expected}, got {got})"
+
+
+def capture_global_state() -> GlobalState:
+    """The value of a GLOBAL_STATE guard: call it when the trace begins."""
+    return GlobalState.capture()
 
 
 def expected_object(guard: Guard) -> Any:
@@ -92,23 +147,37 @@ def expected_object(guard: Guard) -> Any:
     return value() if isinstance(value, weakref.ref) else value
 
 
+def detach_value(guard: Guard) -> Guard:
+    """The guard as stored with an entry: no strong references to tensors, identified objects or
+    types, so that they can die (and their entry with them), and no live mutable containers."""
+    value = guard.kind.rule.detach(guard.value)
+    return Guard(guard.source, guard.kind, value, list(guard.code_list), guard.dynamic_dims)
+
+
+def _weak(value: Any) -> Any:
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return value
+
+
 @dataclass
 class CheckFunction:
     """The guard check of one cache entry: `fn` is what the hook calls."""
 
-    fn: Callable[[Dict[str, Any]], bool]
+    fn: Callable[..., bool]
     guards: List[Guard]
     source_code: str
     namespaces: Dict[str, Dict[str, Any]]
 
-    def __call__(self, f_locals: Dict[str, Any]) -> bool:
-        return bool(self.fn(f_locals))
+    def __call__(self, f_locals: Dict[str, Any], f_globals: Optional[Dict[str, Any]] = None) -> bool:
+        return bool(self.fn(f_locals) if f_globals is None else self.fn(f_locals, f_globals))
 
     def failure_reason(self, f_locals: Dict[str, Any], f_globals: Dict[str, Any]) -> Optional[str]:
         return failure_reason(self.guards, f_locals, f_globals, self.namespaces)
 
 
-# ---- rendering as Python ----
+# ---- rendering helpers ----
 
 
 def _literal(value: Any) -> Optional[str]:
@@ -120,36 +189,338 @@ def _literal(value: Any) -> Optional[str]:
     return None
 
 
-def _type_name(cls: type) -> str:
+def _type_name(cls: Any) -> str:
     return getattr(cls, "__qualname__", repr(cls))
+
+
+class NotExpressible(Exception):
+    """A guard the C guard set cannot check (its source has no accessor): it is checked in Python."""
+
+
+# ---- one rule per kind ----
+
+
+class KindRule(abc.ABC):
+    """Everything about one guard kind."""
+
+    kind: GuardKind
+
+    @abc.abstractmethod
+    def render(self, guard: Guard) -> List[str]:
+        """The guard as readable Python conditions over L (locals) and G (globals)."""
+
+    @abc.abstractmethod
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        """Why `value` (read at the guard's source) fails the guard, or None; `scope` resolves
+        other sources. Also the Python check of guards the C guard set cannot express."""
+
+    @abc.abstractmethod
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        """Add the guard's checks to the C guard set being built (raise NotExpressible to leave it
+        to Python)."""
+
+    def dedupe_key(self, guard: Guard) -> Tuple:
+        return (guard.name, guard.kind)
+
+    def detach(self, value: Any) -> Any:
+        return value
+
+    def python_terms(self, guard: Guard, index: int) -> List[str]:
+        """Conditions of the Python check (see guard_set._python_check); ___guards[index] is it."""
+        return [f"___reason(___guards[{index}], {guard.name or 'None'}, {{}}) is None"]
+
+
+RULES: Dict[GuardKind, KindRule] = {}
+
+
+def rule(kind: GuardKind) -> Callable[[type], type]:
+    def register(cls: type) -> type:
+        assert kind not in RULES, f"two rules for {kind}"
+        RULES[kind] = cls()
+        RULES[kind].kind = kind
+        return cls
+
+    return register
+
+
+@rule(GuardKind.TYPE_MATCH)
+class TypeMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        return [f"type({guard.name}) is {_type_name(expected_object(guard))}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        expected = expected_object(guard)
+        if type(value) is not expected:
+            return f"{guard.name} type mismatch: expected {_type_name(expected)}, got {_type_name(type(value))}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        b.item(b.weak_check(guard.name, _C.CHK_TYPE, guard.value), b.accessor(guard.source))
+
+    def detach(self, value: Any) -> Any:
+        return _weak(value)  # a class defined next to the function holds its globals
+
+
+class _Identity(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        value = expected_object(guard)
+        return [f"{guard.name} is <{_type_name(type(value))} object at {id(value):#x}>"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        return None if value is expected_object(guard) else f"{guard.name} is not the object seen when compiling"
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        b.item(b.weak_check(guard.name, _C.CHK_ID, guard.value), b.accessor(guard.source))
+
+    def detach(self, value: Any) -> Any:
+        return _weak(value)
+
+
+@rule(GuardKind.ID_MATCH)
+class IdMatch(_Identity):
+    pass
+
+
+@rule(GuardKind.NN_MODULE)
+class NNModuleMatch(_Identity):
+    pass
+
+
+@rule(GuardKind.EQUALS_MATCH)
+class EqualsMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        value = guard.value
+        return [f"type({guard.name}) is {_type_name(type(value))}", f"{guard.name} == {_literal(value) or repr(value)}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        expected = guard.value
+        if type(value) is not type(expected):
+            return f"{guard.name} type mismatch: expected {_type_name(type(expected))}, got {_type_name(type(value))}"
+        if not _C.strict_equal(value, expected):
+            return f"{guard.name} value mismatch: expected {expected!r}, got {value!r}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        value = self.detach(guard.value)
+        key = (guard.name, "eq", type(value), value)
+        b.item(b.check(key, _C.CHK_EQUALS, value, same=lambda known: _C.strict_equal(known.expected, value)),
+               b.accessor(guard.source))
+
+    def detach(self, value: Any) -> Any:
+        return set(value) if type(value) is set else value  # the user's set may change later
+
+
+@rule(GuardKind.LIST_LENGTH)
+class ListLength(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        value = guard.value
+        return [f"type({guard.name}) is {_type_name(type(value))}", f"len({guard.name}) == {len(value)}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        expected = guard.value
+        if type(value) is not type(expected):
+            return f"{guard.name} type mismatch: expected {_type_name(type(expected))}, got {_type_name(type(value))}"
+        if len(value) != len(expected):
+            return f"len({guard.name}) mismatch: expected {len(expected)}, got {len(value)}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        value = guard.value
+        key = (guard.name, "len", type(value), len(value))
+        b.item(b.check(key, _C.CHK_LEN, type(value), length=len(value)), b.accessor(guard.source))
+
+    def detach(self, value: Any) -> Any:
+        return type(value)([None] * len(value))  # the type and length seen when compiling, not the items
+
+
+@rule(GuardKind.DICT_KEYS)
+class DictKeys(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        return [f"type({guard.name}) is dict", f"list({guard.name}.keys()) == {list(guard.value.keys())!r}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        expected = list(guard.value)
+        if type(value) is not dict or list(value) != expected:
+            got = list(value) if isinstance(value, dict) else value
+            return f"{guard.name} keys mismatch: expected {expected!r}, got {got!r}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        keys = tuple(guard.value)
+        b.item(b.check((guard.name, "keys", keys), _C.CHK_DICT_KEYS, keys), b.accessor(guard.source))
+
+    def detach(self, value: Any) -> Any:
+        return dict.fromkeys(value)  # the keys, not the user's dict (nor its values)
+
+
+@rule(GuardKind.DICT_CONTAINS)
+class DictContains(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        key, present = guard.value
+        return [f"({key!r} in {guard.name}) is {present}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        key, present = guard.value
+        try:
+            found = key in value
+        except Exception as e:
+            return f"{guard.name} cannot be searched for {key!r}: {type(e).__name__}"
+        if found != present:
+            return f"{guard.name} {'no longer has' if present else 'now has'} key {key!r}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        key, present = guard.value
+        check = b.check((guard.name, "in", type(key), key, present), _C.CHK_CONTAINS, key, expected2=bool(present))
+        b.item(check, b.accessor(guard.source))
+
+    def dedupe_key(self, guard: Guard) -> Tuple:  # equal keys of one type find the same dict entry
+        return (guard.name, guard.kind, type(guard.value[0]), guard.value[0])
+
+
+@rule(GuardKind.HASATTR)
+class HasAttr(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        attr, present = guard.value
+        return [f"hasattr({guard.name}, {attr!r}) is {present}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        attr, present = guard.value
+        try:
+            found = hasattr(value, attr)
+        except Exception as e:
+            return f"reading {guard.name}.{attr} raised {type(e).__name__}"
+        if found != present:
+            return f"{guard.name} {'no longer has' if present else 'now has'} attribute {attr!r}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        attr, present = guard.value
+        check = b.check((guard.name, "hasattr", attr, present), _C.CHK_HASATTR, attr, expected2=bool(present))
+        b.item(check, b.accessor(guard.source))
+
+    def dedupe_key(self, guard: Guard) -> Tuple:
+        return (guard.name, guard.kind, guard.value[0])
+
+
+@rule(GuardKind.TENSOR_MATCH)
+class TensorMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        value = guard.value
+        spec = value if isinstance(value, TensorSpec) else TensorSpec.of(value)
+        sizes = ", ".join("?" if i in guard.dynamic_dims else str(s) for i, s in enumerate(spec.sizes))
+        strides = "?" if guard.dynamic_dims else str(spec.strides)
+        return [f"{guard.name}: {spec.dtype}, {spec.device}, requires_grad={spec.requires_grad}, "
+                f"size ({sizes}), stride {strides}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        return tensor_mismatch(guard.name, guard.value, value, guard.dynamic_dims)
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        b.add_tensor(guard)
+
+    def detach(self, value: Any) -> Any:
+        return TensorSpec.of(value) if isinstance(value, torch.Tensor) else value
+
+
+@rule(GuardKind.ALIAS_OF)
+class AliasOf(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        return [f"{guard.name} is {guard.value.name()}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        other = guard.value.name()
+        if value is not eval(other, scope):
+            return f"{guard.name} is no longer the same tensor as {other}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        check = b.check((guard.name, "alias", guard.value.name()), _C.CHK_ALIAS, None)
+        b.item(check, b.accessor(guard.source), b.accessor(guard.value))
+
+    def python_terms(self, guard: Guard, index: int) -> List[str]:  # evaluates the other source too
+        return [f"___reason(___guards[{index}], {guard.name}, {{**___namespaces, 'L': L, 'G': G}}) is None"]
+
+
+@rule(GuardKind.GRAD_MODE)
+class GradMode(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        return [f"torch.is_grad_enabled() is {guard.value!r}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        return _grad_mode_reason(guard.value)
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        b.item(b.check(("", "grad", guard.value), _C.CHK_CALL, torch.is_grad_enabled, expected2=guard.value))
+
+
+def _grad_mode_reason(expected: bool) -> Optional[str]:
+    if torch.is_grad_enabled() is not expected:
+        return f"grad mode mismatch: expected {expected}, got {torch.is_grad_enabled()}"
+    return None
+
+
+@rule(GuardKind.GLOBAL_STATE)
+class GlobalStateMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        state: GlobalState = guard.value
+        fields = {k: v for k, v in state.fields().items() if not isinstance(v, (dict, list))}
+        extra = ", ".join(f"{name}={v}" for (name, _), v in zip(_EXTRA_STATE, state.extra))
+        return [f"global state is {', '.join(f'{k}={v}' for k, v in fields.items())}, autocast as when compiling, "
+                f"{extra}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        state: GlobalState = guard.value
+        grad = _grad_mode_reason(bool(state.fields()["grad_mode"]))
+        if grad is not None:
+            return grad
+        changes = state.changes()
+        return f"global state changed: {'; '.join(changes)}" if changes else None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        state: GlobalState = guard.value
+        torch_state = state.torch_guard.__getstate__()
+        b.item(b.check(("", "global state", torch_state), _C.CHK_CALL, state.torch_guard.check, expected2=True))
+        for (name, read), expected in zip(_EXTRA_STATE, state.extra):
+            b.item(b.check(("", name, expected), _C.CHK_CALL, read, expected2=expected))
+
+
+@rule(GuardKind.SHAPE_ENV)
+class ShapeEnv(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        return list(guard.value)
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        for expr in guard.value:
+            try:
+                holds = eval(expr, scope)
+            except Exception:
+                holds = False
+            if not holds:
+                return f"shape guard failed: {expr}"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        raise NotExpressible("shape relations are Python expressions")
+
+    def python_terms(self, guard: Guard, index: int) -> List[str]:
+        return [f"({expr})" for expr in guard.value]
+
+
+assert set(RULES) == set(GuardKind), f"guard kinds without a rule: {set(GuardKind) - set(RULES)}"
+
+
+# ---- the whole entry ----
 
 
 def code_for(guard: Guard) -> List[str]:
     """The guard as readable Python conditions over L (locals) and G (globals)."""
-    ref, kind, value = guard.name, guard.kind, guard.value
-    if kind is GuardKind.TYPE_MATCH:
-        return [f"type({ref}) is {_type_name(value)}"]
-    if kind in (GuardKind.ID_MATCH, GuardKind.NN_MODULE):
-        return [f"{ref} is <{_type_name(type(value))} object at {id(value):#x}>"]
-    if kind is GuardKind.EQUALS_MATCH:
-        return [f"type({ref}) is {_type_name(type(value))}", f"{ref} == {_literal(value) or repr(value)}"]
-    if kind is GuardKind.LIST_LENGTH:
-        return [f"type({ref}) is {_type_name(type(value))}", f"len({ref}) == {len(value)}"]
-    if kind is GuardKind.DICT_KEYS:
-        return [f"type({ref}) is dict", f"list({ref}.keys()) == {list(value.keys())!r}"]
-    if kind is GuardKind.TENSOR_MATCH:
-        spec = value if isinstance(value, TensorSpec) else TensorSpec.of(value)
-        sizes = ", ".join("?" if i in guard.dynamic_dims else str(s) for i, s in enumerate(spec.sizes))
-        strides = "?" if guard.dynamic_dims else str(spec.strides)
-        return [f"{ref}: {spec.dtype}, {spec.device}, requires_grad={spec.requires_grad}, "
-                f"size ({sizes}), stride {strides}"]
-    if kind is GuardKind.ALIAS_OF:
-        return [f"{ref} is {value.name()}"]
-    if kind is GuardKind.GRAD_MODE:
-        return [f"torch.is_grad_enabled() is {value!r}"]
-    if kind is GuardKind.SHAPE_ENV:
-        return list(value)
-    raise AssertionError(kind)
+    return guard.kind.rule.render(guard)
+
+
+def reason_for(guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+    """Why `value` (read at the guard's source) fails `guard`, or None; `scope` resolves other sources."""
+    return guard.kind.rule.reason(guard, value, scope)
 
 
 def render_source(guards: Sequence[Guard]) -> str:
@@ -159,9 +530,6 @@ def render_source(guards: Sequence[Guard]) -> str:
         lines.append(f"tensors {', '.join(tensors)} are distinct objects")
     body = "\n    and ".join(lines) or "True"
     return f"def check(L):\n    return ({body})\n"
-
-
-# ---- why a guard fails ----
 
 
 def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals: Dict[str, Any],
@@ -184,39 +552,6 @@ def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals:
         for name_b, b in tensors[i + 1 :]:
             if a is b:
                 return f"{name_a} and {name_b} are now the same tensor"
-    return None
-
-
-def reason_for(guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
-    """Why `value` (read at the guard's source) fails `guard`, or None; `scope` resolves other sources."""
-    name, kind = guard.name, guard.kind
-    expected = expected_object(guard)
-    if kind is GuardKind.TYPE_MATCH and type(value) is not expected:
-        return f"{name} type mismatch: expected {_type_name(expected)}, got {_type_name(type(value))}"
-    if kind in (GuardKind.ID_MATCH, GuardKind.NN_MODULE) and value is not expected:
-        return f"{name} is not the object seen when compiling"
-    if kind in (GuardKind.EQUALS_MATCH, GuardKind.LIST_LENGTH) and type(value) is not type(expected):
-        return f"{name} type mismatch: expected {_type_name(type(expected))}, got {_type_name(type(value))}"
-    if kind is GuardKind.EQUALS_MATCH and value != expected:
-        return f"{name} value mismatch: expected {expected!r}, got {value!r}"
-    if kind is GuardKind.LIST_LENGTH and len(value) != len(expected):
-        return f"len({name}) mismatch: expected {len(expected)}, got {len(value)}"
-    if kind is GuardKind.DICT_KEYS and (type(value) is not dict or list(value) != list(expected)):
-        return f"{name} keys mismatch: expected {list(expected)!r}, got {list(value) if isinstance(value, dict) else value!r}"
-    if kind is GuardKind.TENSOR_MATCH:
-        return tensor_mismatch(name, expected, value, guard.dynamic_dims)
-    if kind is GuardKind.ALIAS_OF and value is not eval(expected.name(), scope):
-        return f"{name} is no longer the same tensor as {expected.name()}"
-    if kind is GuardKind.GRAD_MODE and torch.is_grad_enabled() is not expected:
-        return f"grad mode mismatch: expected {expected}, got {torch.is_grad_enabled()}"
-    if kind is GuardKind.SHAPE_ENV:
-        for expr in expected:
-            try:
-                holds = eval(expr, scope)
-            except Exception:
-                holds = False
-            if not holds:
-                return f"shape guard failed: {expr}"
     return None
 
 

@@ -30,7 +30,7 @@ from .bytecode_transformation import assemble, frame_prologue
 from .pycodegen import PyCodegen
 from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
-from .guards import Guard, GuardKind
+from .guards import Guard, GuardKind, capture_global_state
 from .source import AttrSource, Source
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
@@ -83,11 +83,13 @@ class OutputGraph:
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
+        # what the frame was entered with: every entry depends on it (the trace may change it)
+        self.add_guard(Guard(None, GuardKind.GLOBAL_STATE, capture_global_state()))
 
     # ---- guards and inputs ----
 
     def add_guard(self, guard: Guard) -> None:
-        self.guards.setdefault((guard.name, guard.kind), guard)
+        self.guards.setdefault(guard.dedupe_key, guard)
 
     def fake_mode(self, tx, symbolic: bool = False) -> FakeTensorMode:
         """The fake mode of this trace, made on first use: with a shape env when some input may get
@@ -256,7 +258,6 @@ class OutputGraph:
         outputs = _graph_outputs([*live_values, *self.side_effects.values()])
         self._remove_unused_size_ops({v.node for v in outputs})
         if outputs or self.has_ops():
-            self.add_guard(Guard(None, GuardKind.GRAD_MODE, self.initial_grad_mode))
             self.call_compiled_graph(codegen, outputs)
         self.side_effects.codegen(codegen)
         return codegen

@@ -35,8 +35,8 @@ def compiled_check(fn, *args):
 
 
 def reason(check, L):
-    assert check.fn(L) is False, "the C guard set must reject"
-    return check.failure_reason(L, check.fn.__dict__.get("globals", globals()))
+    assert check.fn(L, globals()) is False, "the C guard set must reject"
+    return check.failure_reason(L, globals())
 
 
 def tensor_fn(x):
@@ -72,7 +72,7 @@ def test_constant_type_length_and_key_guards():
     x = torch.randn(2)
     args = dict(x=x, n=2, mode="a", flag=True, xs=[1, 2], d={"k": 1})
     check = compiled_check(uses_constants, *args.values())
-    assert check.fn(dict(args)) is True
+    assert check.fn(dict(args), globals()) is True
     changed = {
         "n": (5, "L['n'] value mismatch: expected 2, got 5"),
         "mode": ("b", "L['mode'] value mismatch: expected 'a', got 'b'"),
@@ -263,7 +263,7 @@ def test_checks_shared_by_entries_run_once_per_lookup():
     shared = _C.GuardCheck(_C.CHK_CALL, counted, expected2=True)
     accessors = [(_C.ACC_LOCAL, -1, "n", slot["n"])]
     sets = [
-        _C.GuardSet(accessors, [(shared, -1, -1), (_C.GuardCheck(_C.CHK_EQUALS, value), 0, -1)], globals())
+        _C.GuardSet(accessors, [(shared, -1, -1), (_C.GuardCheck(_C.CHK_EQUALS, value), 0, -1)])
         for value in (1, 2)
     ]
     made = iter(sets)
