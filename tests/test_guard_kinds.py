@@ -473,9 +473,10 @@ def test_20k_functions_holding_their_globals_are_freed():
     gc.collect()
     diff = tracemalloc.take_snapshot().compare_to(snapshot, "filename")
     tracemalloc.stop()
-    # a table reallocated while tracing counts whole (its old block was not traced): count blocks too
+    # a table reallocated while tracing counts whole (its old block was not traced), and the
+    # interpreter keeps some small blocks it frees for reuse: fewer blocks than functions is flat
     blocks, size = sum(d.count_diff for d in diff), sum(d.size_diff for d in diff)
-    assert blocks < 500 and size < 1024 * 1024, f"{blocks} blocks, {size} bytes more after 2,000 functions"
+    assert blocks < 2000 and size < 1024 * 1024, f"{blocks} blocks, {size} bytes more after 2,000 functions"
 
 
 def test_compiled_functions_holding_their_globals_are_freed_and_by_reset():
