@@ -14,12 +14,6 @@ KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
     "facts read without a guard: hasattr / getattr with a default on objects": (
         "objects: if hasattr(", "objects: y = y + getattr("),
     "side effects: set.add on a global set": ("containers: GSET{i}.add(7)",),
-    "facts read without a guard: len() of / membership in a global set mutated between calls": (
-        "containers: GSET{i}.", "containers: GSET{i} = "),
-    "global state: grad mode turned back on by a break inside no_grad while grad mode was off": (
-        "breaks: with torch.no_grad",),
-    "global state read without a guard: default dtype, deterministic algorithms": (
-        "torch_state: torch.set_default_dtype", "torch_state: torch.use_deterministic_algorithms"),
     "patched methods, properties and __code__ on classes, instances and functions": (
         "objects: Obj{i}.m", "objects: O{i}.m", "objects: Obj{i}.p", "objects: H{i}.__code__"),
     "identity guards: an enum member or sentinel (global or argument) compared with is / == / in": ("identity: if ",),
