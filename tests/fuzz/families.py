@@ -2,6 +2,7 @@
 
 Templates are `str.format_map`ped: {i} the instance number, {T} a fresh tensor of the case's shape, {T1} a
 fresh (1,) tensor, {T1d} a float64 one, {TK} a fresh (k, k) tensor and {k} the last dimension."""
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
@@ -29,6 +30,15 @@ PROG_CLASS = '''class Prog(torch.nn.Module):
     def forward(self, a, b, s, lst):'''
 
 
+@dataclass
+class Block:
+    """A piece of program text and the family feature it exercises (for triage)."""
+
+    tag: str
+    code: str
+    global_writes: Tuple[str, ...] = ()
+
+
 class _Fill(dict):
     """Template values made on demand, fresh for each use."""
 
@@ -47,7 +57,6 @@ def _add(gen: "Gen", family: str, i: str, setup: str = "", body: Sequence[Body] 
          states: Sequence[str] = ()) -> None:
     """Registers one family instance: its setup text, body templates (a template, or a template and the
     globals it assigns) and mutation templates."""
-    from .generator import Block
     if setup:
         gen.setup.append(Block(family, setup.format_map(_Fill(gen, i))))
     for entry in body:

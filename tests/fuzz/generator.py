@@ -4,6 +4,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import families
+from .families import Block
 
 # Features whose bugs are known and still open on main: the in-suite test leaves them out, `make fuzz` keeps
 # them. Each names a bug class and the template prefixes ("family: template") that run into it.
@@ -24,15 +25,6 @@ KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
 }
 ALL_FAMILIES: Tuple[str, ...] = tuple(families.FAMILIES)
 CPP_FRACTION = 0.1
-
-
-@dataclass
-class Block:
-    """A piece of program text and the family feature it exercises (for triage)."""
-
-    tag: str
-    code: str
-    global_writes: Tuple[str, ...] = ()
 
 
 @dataclass

@@ -275,9 +275,10 @@ class Outcome:
         self.args, self.kwargs, self.result, self.error, self.stdout, self.state = args, kwargs, result, error, stdout, state
 
 
-def invoke(fn, call_args, backward: bool, rng_state: dict) -> Outcome:
+def invoke(fn, call_args, backward: bool, state: dict) -> Outcome:
+    """Calls `fn` from the global `state` (flags and RNG), capturing its result or exception and its output."""
     args, kwargs = call_args
-    set_torch_state(rng_state)
+    set_torch_state(state)
     captured = io.StringIO()
     result = error = None
     with contextlib.redirect_stdout(captured):
@@ -291,8 +292,10 @@ def invoke(fn, call_args, backward: bool, rng_state: dict) -> Outcome:
 
 
 def _backward(result) -> None:
-    tensors = [result] if isinstance(result, torch.Tensor) else list(result.values()) if isinstance(result, dict) else list(result) if isinstance(result, (list, tuple)) else []
-    for t in tensors:
+    """Backpropagates from the first floating output that requires grad (grads land on the arguments)."""
+    if isinstance(result, dict):
+        result = list(result.values())
+    for t in result if isinstance(result, (list, tuple)) else [result]:
         if isinstance(t, torch.Tensor) and t.requires_grad and t.dtype.is_floating_point:
             t.sum().backward()
             return
