@@ -1,26 +1,4 @@
-"""Verify mode: every compiled call is also run eagerly on copies of its inputs, and the two compared.
-
-Turned on with `minidynamo.config.verify = True` or `MINIDYNAMO_VERIFY=1` for the functions and
-modules compiled while it is on (`optimize(...)(fn)`, `compile(...)`). Each call then
-
-1. deep-copies the callable, its arguments and the state the code can reach by name (the globals
-   and closure cells of the user functions it refers to, transitively, and the class attributes of
-   user classes among them), in one copy so that aliasing between them is kept;
-2. runs the original code eagerly on the copies (no conversion, the copies bound in place of the
-   globals and cells, output, warnings and logging silenced) from the RNG and global state the call
-   started with;
-3. restores that RNG and global state and runs the compiled call on the real objects;
-4. compares the return values or raised exceptions, every argument and reached global, cell and
-   class attribute afterwards (contents, identities, which tensors share memory), printed output,
-   the global torch state (grad mode, autocast, default dtype, dispatch modes, ...) and the RNG
-   states, and raises `VerifyError` on the first difference. The process is left as the compiled
-   call left it.
-
-Tensors compare bitwise (NaN equal to NaN) for backends that run the graph with torch's kernels;
-other backends compare with `config.verify_rtol` / `config.verify_atol` (torch.testing's defaults
-for the dtype when None). State the copies cannot isolate (objects reached only through attributes
-of modules or other libraries, files) is seen by both runs.
-"""
+"""Verify mode: every compiled call is also run eagerly on copies of its inputs, and the two compared."""
 from __future__ import annotations
 
 import collections
@@ -749,7 +727,29 @@ def _where_called(fn: Callable) -> str:
 
 def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) -> Any:
     """Run the function eagerly on copies, then compiled (with `callback`) on the real inputs;
-    compare. Called with no callback set; returns or raises what the compiled call did."""
+    compare. Called with no callback set; returns or raises what the compiled call did.
+
+    Turned on with `minidynamo.config.verify = True` or `MINIDYNAMO_VERIFY=1` for the functions and
+    modules compiled while it is on (`optimize(...)(fn)`, `compile(...)`). Each call then
+
+    1. deep-copies the callable, its arguments and the state the code can reach by name (the globals
+       and closure cells of the user functions it refers to, transitively, and the class attributes of
+       user classes among them), in one copy so that aliasing between them is kept;
+    2. runs the original code eagerly on the copies (no conversion, the copies bound in place of the
+       globals and cells, output, warnings and logging silenced) from the RNG and global state the call
+       started with;
+    3. restores that RNG and global state and runs the compiled call on the real objects;
+    4. compares the return values or raised exceptions, every argument and reached global, cell and
+       class attribute afterwards (contents, identities, which tensors share memory), printed output,
+       the global torch state (grad mode, autocast, default dtype, dispatch modes, ...) and the RNG
+       states, and raises `VerifyError` on the first difference. The process is left as the compiled
+       call left it.
+
+    Tensors compare bitwise (NaN equal to NaN) for backends that run the graph with torch's kernels;
+    other backends compare with `config.verify_rtol` / `config.verify_atol` (torch.testing's defaults
+    for the dtype when None). State the copies cannot isolate (objects reached only through attributes
+    of modules or other libraries, files) is seen by both runs.
+    """
     fn = verified.fn
     slots = reachable_slots(fn, args, kwargs)
     memo: Dict[Any, Any] = {}
