@@ -70,7 +70,7 @@ def _global_slot(namespace: Dict[str, Any], name: str) -> _Slot:
         else:
             namespace[name] = value
 
-    return _Slot(f"global '{name}' of module {namespace.get('__name__', '?')}",
+    return _Slot(f"global {namespace.get('__name__', '?')}.{name}",
                  lambda: namespace.get(name, _MISSING), put)
 
 
@@ -225,7 +225,7 @@ def deep_copy(value: Any, memo: Dict[Any, Any]) -> Any:
     keep = memo.setdefault(id(memo), [])
     for item in _walk(value, set()):
         if isinstance(item, torch.Tensor) and item.grad_fn is not None and id(item) not in memo:
-            memo[id(item)] = copy.deepcopy(item.detach(), memo).requires_grad_(item.requires_grad)
+            memo[id(item)] = _copy_autograd_result(item, memo)
             keep.append(item)
     result = copy.deepcopy(value, memo)
     for original in list(keep):  # Parameter's deepcopy leaves .grad behind
@@ -234,6 +234,16 @@ def deep_copy(value: Any, memo: Dict[Any, Any]) -> Any:
             if isinstance(twin, torch.Tensor) and twin.grad is None:
                 twin.grad = copy.deepcopy(original.grad, memo)
     return result
+
+
+def _copy_autograd_result(tensor: torch.Tensor, memo: Dict[Any, Any]) -> torch.Tensor:
+    """A copy that is again not a leaf (in-place ops allowed as on the original); a view of a leaf
+    stays a view of the copied leaf (in-place ops refused with the same error)."""
+    with torch.enable_grad():
+        base = tensor._base
+        if base is not None and base.grad_fn is None:
+            return copy.deepcopy(base, memo).as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
+        return copy.deepcopy(tensor.detach(), memo).requires_grad_(True).clone()
 
 
 def originals_of_copies(memo: Dict[Any, Any]) -> Dict[int, Any]:
