@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import collections
+import gc
 import logging
 import os
 import site
@@ -17,6 +18,7 @@ import torch
 from . import _C, config
 from .eval_frame import GuardedCode
 from .exc import BackendCompilerFailed, Unsupported
+from .global_state import GlobalState
 from .guard_set import build_check_function
 from .guards import CheckFunction
 from .output_graph import OutputGraph
@@ -144,6 +146,17 @@ def stats() -> Dict[str, int]:
     }
 
 
+def _release_frames(error: BaseException) -> None:
+    """Drop the tracebacks of `error` and the errors chained to it: the frames they hold can hold
+    torch's mode guards (inference mode, ...), which would reset a mode whenever they are freed."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        error.__traceback__ = None
+        error = error.__context__
+    gc.collect()  # frames in cycles (interrupted context-manager generators) too
+
+
 def format_unsupported(error: Unsupported) -> str:
     lines = [error.msg]
     lines.extend(str(frame) for frame in error.user_stack)
@@ -170,6 +183,21 @@ class ConvertFrame:
             recompiles_log.info("recompiling %s (%s:%d): %s", frame.f_code.co_qualname, frame.f_code.co_filename,
                                 frame.f_code.co_firstlineno, record.recompile_reason)
         start = time.perf_counter()
+        state = GlobalState.capture()
+        try:
+            return self.convert_or_fall_back(frame, record)
+        except BaseException as e:
+            if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: the user's, once we are clean
+                _release_frames(e)
+            raise
+        finally:
+            state.restore()
+            record.seconds = time.perf_counter() - start
+            for listener in compile_listeners:
+                listener(record)
+
+    def convert_or_fall_back(self, frame: Any, record: FrameRecord) -> Optional[GuardedCode]:
+        """The frame's cache entry, or None to run it unconverted (what stopped it is in `record`)."""
         try:
             guarded = self.convert(frame, record)
             counters["compiled"] += 1
@@ -191,10 +219,6 @@ class ConvertFrame:
                         frame.f_code.co_qualname, e, exc_info=log.isEnabledFor(logging.DEBUG))
             record.unsupported = Unsupported(f"internal error: {type(e).__name__}: {e}")
             return None
-        finally:
-            record.seconds = time.perf_counter() - start
-            for listener in compile_listeners:
-                listener(record)
 
     def convert(self, frame: Any, record: FrameRecord) -> GuardedCode:
         """Trace the frame; if something unsupported stops it, trace again up to that point and
@@ -220,9 +244,9 @@ class ConvertFrame:
         output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn, dynamic=self.dynamic,
                              frame_state=frame_state)
         tracer = InstructionTranslator(frame, output, break_at)
-        grad_mode = torch.is_grad_enabled()
+        state = GlobalState.capture()
         try:
             tracer.run()
-        finally:
-            torch._C._set_grad_enabled(grad_mode)
+        finally:  # the trace switches modes as the frame would; the frame has not run yet
+            state.restore()
         return output, tracer

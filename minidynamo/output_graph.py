@@ -278,6 +278,8 @@ class OutputGraph:
         except Exception as e:
             raise BackendCompilerFailed(getattr(self.compiler_fn, "__name__", repr(self.compiler_fn)), e) from e
         self.compiled.append(CompiledGraph(graph_module, time.perf_counter() - start))
+        if any(n.target is torch._C._set_grad_enabled for n in self.graph.nodes):
+            compiled = _restoring_grad_mode(compiled)
         codegen.load_function(eval_frame.disable(compiled))
         for arg in self.graphargs:
             arg.source.reconstruct(codegen)
@@ -285,6 +287,21 @@ class OutputGraph:
         codegen.graph_output_var = "___graph_out"
         codegen.append("STORE_FAST", codegen.graph_output_var)
         codegen.graph_outputs = {t.node: i for i, t in enumerate(outputs)}
+
+
+def _restoring_grad_mode(compiled: Callable) -> Callable:
+    """`compiled`, putting back the grad mode when it raises between the grad-mode switches of its
+    graph (eager leaves a `with no_grad()` block on an exception)."""
+
+    def call(*args: Any) -> Any:
+        mode = torch.is_grad_enabled()
+        try:
+            return compiled(*args)
+        except BaseException:
+            torch._C._set_grad_enabled(mode)
+            raise
+
+    return call
 
 
 def _node_name(text: str) -> str:

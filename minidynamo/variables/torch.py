@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import types
 from typing import Any, Dict, List
 
@@ -42,6 +43,14 @@ _NOT_IN_GRAPH = {
     torch.save: "torch.save",
     torch.load: "torch.load",
 }
+
+# Setters of process-wide state (default dtype, deterministic algorithms, autocast, seeds, threads, ...):
+# a graph would not replay them in order with the Python around it, so they run in Python (graph break).
+_GLOBAL_SETTER = re.compile(r"^_*(set_|use_|enable_|disable_|clear_|reset_)|^(manual_)?seed$|^autocast_(in|de)crement_nesting$")
+
+
+def changes_global_state(fn: Any) -> bool:
+    return not isinstance(fn, type) and bool(_GLOBAL_SETTER.match(getattr(fn, "__name__", "") or ""))
 
 
 _FUNCTORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "_functorch") + os.sep
@@ -121,6 +130,8 @@ class TorchVariable(VariableTracker):
             return ConstantVariable(True)
         if fn in _NOT_IN_GRAPH:
             unimplemented(_NOT_IN_GRAPH[fn])
+        if changes_global_state(fn):
+            unimplemented(f"torch.{fn.__name__}() changes global state")
         if fn is torch.Size or fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
         if fn in _CONSTANT_FUNCTIONS:

@@ -1,0 +1,199 @@
+"""Errors during compile never leak into user code or process state: a KeyboardInterrupt (or any
+BaseException) at any point of a compile reaches the user with torch's modes as they were."""
+import sys
+
+import pytest
+import torch
+
+import minidynamo
+from minidynamo.global_state import GlobalState
+from minidynamo.testing import CompileCounter
+from translator_harness import fresh_dynamo  # noqa: F401
+
+
+def traced_program(x, w):
+    with torch.no_grad():
+        y = torch.relu(x @ w)
+    z = torch.sin(y) * 2 + x.sum(0, keepdim=True)
+    return z.cos(), y.shape[0]
+
+
+def program_args():
+    torch.manual_seed(0)
+    return torch.randn(4, 4), torch.randn(4, 4, requires_grad=True)
+
+
+def assert_clean(before: GlobalState) -> None:
+    assert GlobalState.capture().differences(before) == []
+    assert torch._guards.detect_fake_mode() is None
+    assert type(torch.ones(2) + 1) is torch.Tensor
+    assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+
+
+class InterruptAt:
+    """A trace function raising KeyboardInterrupt at the n-th Python call it sees of a function
+    named in `names` (any function if None); then it is unset."""
+
+    def __init__(self, n: int, names=None) -> None:
+        self.n = n
+        self.names = names
+        self.calls = 0
+
+    def __call__(self, frame, event, arg):
+        if event == "call" and (self.names is None or frame.f_code.co_name in self.names):
+            self.calls += 1
+            if self.calls == self.n:
+                raise KeyboardInterrupt(f"at call {self.n}")
+        return None
+
+
+def count_compile_calls(compiled, args, names=None) -> int:
+    counter = InterruptAt(-1, names)
+    sys.settrace(counter)
+    try:
+        compiled(*args)
+    finally:
+        sys.settrace(None)
+    return counter.calls
+
+
+def interrupt_compiles(backend, n_points, names=None):
+    """Compile `traced_program` afresh `n_points` times, interrupted at calls spread over the compile."""
+    total = count_compile_calls(minidynamo.optimize(backend)(traced_program), program_args(), names)
+    minidynamo.reset()
+    assert total >= n_points
+    expected = traced_program(*program_args())
+    for n in sorted({1 + (total - 1) * i // (n_points - 1) for i in range(n_points)}):
+        minidynamo.reset()
+        compiled = minidynamo.optimize(backend)(traced_program)
+        before = GlobalState.capture()
+        sys.settrace(InterruptAt(n, names))
+        try:
+            compiled(*program_args())
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        assert_clean(before)
+        got = compiled(*program_args())  # the next call compiles (or runs) normally
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+        assert_clean(before)
+
+
+@pytest.mark.parametrize("backend", ["eager", "cpp"])
+def test_keyboard_interrupt_anywhere_in_compile_leaves_process_clean(backend):
+    interrupt_compiles(backend, 20)
+
+
+def test_keyboard_interrupt_while_entering_or_leaving_modes():
+    """Where a mode is pushed or popped (the fake mode of the trace, grad mode blocks)."""
+    interrupt_compiles("eager", 26, names={"_pop_mode", "_push_mode", "__exit__", "__enter__"})
+
+
+# ---- KeyboardInterrupt at chosen points ----
+def interrupted(compiled, args, before):
+    with pytest.raises(KeyboardInterrupt):
+        compiled(*args)
+    assert_clean(before)
+
+
+def interrupting_backend(gm, example_inputs):
+    assert torch.is_grad_enabled() is False or True  # the backend sees the entry state of the frame
+    raise KeyboardInterrupt("backend")
+
+
+def test_keyboard_interrupt_in_backend():
+    before = GlobalState.capture()
+    interrupted(minidynamo.optimize(interrupting_backend)(traced_program), program_args(), before)
+
+
+@torch.library.custom_op("minidynamo_tests::interrupt_when_fake", mutates_args=())
+def interrupt_when_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@interrupt_when_fake.register_fake
+def _(x):
+    raise KeyboardInterrupt("fake propagation")
+
+
+def calls_interrupting_op(x):
+    with torch.no_grad():
+        y = torch.ops.minidynamo_tests.interrupt_when_fake(x * 2)
+    return y + 1
+
+
+def test_keyboard_interrupt_in_fake_tensor_propagation():
+    before = GlobalState.capture()
+    interrupted(minidynamo.optimize("eager")(calls_interrupting_op), (torch.randn(3, requires_grad=True),), before)
+
+
+class InterruptOnFakeTensors(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if any(isinstance(a, torch._subclasses.FakeTensor) for a in args):
+            raise KeyboardInterrupt("torch function mode")
+        return func(*args, **(kwargs or {}))
+
+
+def test_keyboard_interrupt_in_a_user_torch_function_mode():
+    compiled = minidynamo.optimize("eager")(traced_program)
+    with InterruptOnFakeTensors():
+        before = GlobalState.capture()
+        interrupted(compiled, program_args(), before)
+    got, want = compiled(*program_args()), traced_program(*program_args())
+    torch.testing.assert_close(got[0], want[0])
+
+
+@pytest.mark.parametrize("step", [1, 5, 9, 14])
+def test_keyboard_interrupt_in_the_translator_loop(monkeypatch, step):
+    from minidynamo.symbolic_convert import InstructionTranslatorBase
+
+    original, calls = InstructionTranslatorBase.push, []
+
+    def push(self, value):
+        calls.append(value)
+        if len(calls) == step:
+            raise KeyboardInterrupt("translator")
+        return original(self, value)
+
+    monkeypatch.setattr(InstructionTranslatorBase, "push", push)
+    before = GlobalState.capture()
+    interrupted(minidynamo.optimize("eager")(traced_program), program_args(), before)
+
+
+def test_keyboard_interrupt_while_building_guards(monkeypatch):
+    import minidynamo.convert_frame as convert_frame
+
+    def build_check_function(*args, **kwargs):
+        raise KeyboardInterrupt("guards")
+
+    monkeypatch.setattr(convert_frame, "build_check_function", build_check_function)
+    before = GlobalState.capture()
+    with torch.no_grad():
+        interrupted(minidynamo.optimize("eager")(traced_program), program_args(), GlobalState.capture())
+    assert_clean(before)
+
+
+@pytest.mark.parametrize("error", [MemoryError, RecursionError, SystemExit])
+def test_other_base_exceptions(monkeypatch, error):
+    """Exceptions fall back to eager; other BaseExceptions (SystemExit) reach the user, state clean."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    original = FakeTensorMode.dispatch
+
+    def dispatch(self, *args, **kwargs):
+        if not torch.is_grad_enabled():
+            raise error("injected")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(FakeTensorMode, "dispatch", dispatch)
+    compiled = minidynamo.optimize("eager")(traced_program)
+    before = GlobalState.capture()
+    if issubclass(error, Exception):
+        got, want = compiled(*program_args()), traced_program(*program_args())
+        torch.testing.assert_close(got[0], want[0])
+    else:
+        with pytest.raises(error):
+            compiled(*program_args())
+    assert_clean(before)
