@@ -1,6 +1,7 @@
 """OutputGraph: the fx.Graph being recorded for one frame, its inputs, guards and compilation."""
 from __future__ import annotations
 
+import enum
 import operator
 import re
 import time
@@ -190,6 +191,7 @@ class OutputGraph:
     ) -> VariableTracker:
         """Record `target(*args, **kwargs)` (op "call_function") or `args[0].target(...)` ("call_method")."""
         node_args, node_kwargs = _as_node_arg(tuple(args)), _as_node_arg(kwargs)
+        _check_representable((node_args, node_kwargs))
         fake_args, fake_kwargs = _as_example(tuple(args)), _as_example(kwargs)
         try:
             with self.fake_mode(tx):
@@ -359,6 +361,26 @@ def _tensor_trackers(values: List[Any]) -> Dict[int, TensorVariable]:
     for value in values:
         _map_trackers(value, leaf)
     return found
+
+
+# Constants the graph's generated Python code can spell (its namespace has torch, inf and nan; enums
+# and nodes it names itself).
+_LITERAL_TYPES = {type(None), bool, int, float, complex, str, bytes, type(Ellipsis), torch.dtype, torch.device,
+                  torch.layout, torch.memory_format}
+
+
+def _check_representable(value: Any) -> None:
+    """Graph code writes a constant argument as its repr: anything else (a typing object, a numpy
+    value, a class) would be a NameError or a syntax error when the graph runs, so it is not recorded."""
+    if isinstance(value, (list, tuple, slice)):
+        for item in (value.start, value.stop, value.step) if isinstance(value, slice) else value:
+            _check_representable(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_representable(key)
+            _check_representable(item)
+    elif type(value) not in _LITERAL_TYPES and not isinstance(value, (torch.fx.Node, enum.Enum)):
+        unimplemented(f"a {type(value).__module__}.{type(value).__qualname__} constant as an argument of a graph op")
 
 
 def _as_node_arg(value: Any) -> Any:

@@ -16,6 +16,11 @@ def replace_list_contents(target: list, items: list) -> None:
     target[:] = items
 
 
+def replace_set_contents(target: set, items: set) -> None:
+    target.intersection_update(items)  # elements kept stay where they are in the hash table
+    target.update(items)
+
+
 def replace_dict_contents(target: dict, items: dict) -> None:
     target.clear()
     target.update(items)
@@ -77,27 +82,28 @@ class StoreCell:
 
 @dataclass
 class MutateContainer:
-    """An input list or dict changed in place: its final contents are written back."""
+    """An input list, set or dict changed in place: its final contents are written back."""
 
-    container: Any  # ListVariable or ConstDictVariable with a source
+    container: Any  # ListVariable, SetVariable or ConstDictVariable with a source
 
     def values(self) -> List[VariableTracker]:
         items = self.container.items
         return list(items.values()) if isinstance(items, dict) else list(items)
 
     def codegen(self, codegen: "PyCodegen") -> None:
-        is_dict = isinstance(self.container.items, dict)
-        codegen.load_function(replace_dict_contents if is_dict else replace_list_contents)
+        kind = dict if isinstance(self.container.items, dict) else self.container.python_type()
+        replace, build = {dict: (replace_dict_contents, "BUILD_MAP"), set: (replace_set_contents, "BUILD_SET")}.get(
+            kind, (replace_list_contents, "BUILD_LIST"))
+        codegen.load_function(replace)
         self.container.source.reconstruct(codegen)
-        if is_dict:
+        if kind is dict:
             for key, value in self.container.items.items():
                 codegen.load_const(key)
                 codegen.reconstruct(value)
-            codegen.append("BUILD_MAP", len(self.container.items))
         else:
             for item in self.container.items:
                 codegen.reconstruct(item)
-            codegen.append("BUILD_LIST", len(self.container.items))
+        codegen.append(build, len(self.container.items))
         codegen.call(2)
         codegen.append("POP_TOP")
 

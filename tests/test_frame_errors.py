@@ -1,13 +1,17 @@
 """Errors during compile never leak into user code or process state: a KeyboardInterrupt (or any
-BaseException) at any point of a compile reaches the user with torch's modes as they were."""
+BaseException) at any point of a compile reaches the user with torch's modes as they were; generated
+code never fails where eager does not (constants graph code cannot spell, set replay, exec globals)."""
 import sys
+import typing
 
+import numpy as np
 import pytest
 import torch
 
 import minidynamo
 from minidynamo.global_state import GlobalState
 from minidynamo.testing import CompileCounter
+from break_harness import Cases, rand
 from translator_harness import fresh_dynamo  # noqa: F401
 
 
@@ -197,3 +201,154 @@ def test_other_base_exceptions(monkeypatch, error):
         with pytest.raises(error):
             compiled(*program_args())
     assert_clean(before)
+
+
+# ---- sets mutated in the frame: replayed on the real set (global, argument, attribute) ----
+SET_CASES = Cases()
+SEEN = {1, 2}
+x3 = lambda: (rand(3),)  # noqa: E731
+
+
+@SET_CASES.case(x3, graphs=1, breaks=0, global_names=("SEEN",))
+def global_set_add(x):
+    SEEN.add(3)
+    return x + len(SEEN)
+
+
+@SET_CASES.case(x3, graphs=2, breaks=1, global_names=("SEEN",))
+def global_set_add_then_break(x):
+    SEEN.add(4)
+    y = x + 1
+    print(sorted(SEEN))
+    SEEN.discard(1)
+    return y * len(SEEN)
+
+
+@SET_CASES.case(x3, graphs=1, breaks=0, global_names=("SEEN",))
+def global_set_methods(x):
+    SEEN.update({7, 8}, [9])
+    SEEN.discard(100)
+    SEEN.remove(2)
+    SEEN.intersection_update({1, 7, 8, 9, 10})
+    SEEN.difference_update([7])
+    SEEN.symmetric_difference_update({1, 11})
+    return x - len(SEEN), 8 in SEEN
+
+
+@SET_CASES.case(x3, graphs=1, breaks=0, global_names=("SEEN",))
+def global_set_in_place_operators(x):
+    global SEEN
+    SEEN |= {5, 6}
+    SEEN &= {1, 2, 5, 6, 12}
+    SEEN -= {2}
+    SEEN ^= {12, 13}
+    return x + len(SEEN)
+
+
+@SET_CASES.case(x3, graphs=1, breaks=0, global_names=("SEEN",))
+def global_set_cleared_and_returned(x):
+    SEEN.clear()
+    SEEN.add(0)
+    return SEEN, x * 2
+
+
+@SET_CASES.case(lambda: ({1, 2}, rand(3)), graphs=1, breaks=0)
+def argument_set(s, x):
+    s.add(5)
+    s |= {6}
+    s.discard(1)
+    return x * len(s), s
+
+
+class Holder:
+    def __init__(self):
+        self.tags = {"a", "b"}
+
+
+@SET_CASES.case(lambda: (Holder(), rand(3)), graphs=2, breaks=1)
+def attribute_set_with_break(h, x):
+    h.tags.add("c")
+    x = x + 1
+    print(sorted(h.tags))
+    h.tags.remove("a")
+    h.tags.clear()
+    h.tags.update("xy")
+    return x + len(h.tags)
+
+
+@SET_CASES.case(x3, graphs=1, breaks=0)
+def local_set(x):
+    s = {1}
+    s.add(2)
+    s |= {3}
+    return x * len(s), s
+
+
+@pytest.mark.parametrize("case", SET_CASES.params())
+def test_set_mutations_replayed(case):
+    case.run()
+
+
+# ---- graph code only spells constants it can: others are not recorded (a break, or eager) ----
+CONSTANT_CASES = Cases()
+
+
+@CONSTANT_CASES.case(x3)
+def typing_object_argument(x):
+    return torch.jit.annotate(typing.Any, x) + 1
+
+
+@CONSTANT_CASES.case(x3)
+def typing_generic_argument(x):
+    return torch.jit.annotate(typing.Optional[torch.Tensor], x * 2) - 1
+
+
+@CONSTANT_CASES.case(x3)
+def numpy_scalar_arguments(x):
+    return x * np.float64(2.0) + torch.full((3,), np.float32(1.5)) + x.sum(np.int64(0))
+
+
+@CONSTANT_CASES.case(x3)
+def class_argument(x):
+    return torch.jit.annotate(torch.Tensor, x) * 3
+
+
+@pytest.mark.parametrize("case", CONSTANT_CASES.params())
+def test_constants_the_graph_cannot_spell(case):
+    case.run()
+
+
+# ---- functions made by exec: their globals are their own dict, whatever __name__ it claims ----
+EXEC_SOURCE = """
+def op(x):
+    return x * 3
+
+def fn(x):
+    return op(x) + SCALE
+"""
+
+
+def exec_function(namespace):
+    namespace["SCALE"] = 1
+    exec(EXEC_SOURCE, namespace)
+    return namespace["fn"]
+
+
+@pytest.mark.parametrize("name", [None, "torch", "torch.nn.functional", "os", "not_a_module", __name__])
+def test_exec_defined_function_reads_its_own_globals(name):
+    fn = exec_function({} if name is None else {"__name__": name})
+    cnt = CompileCounter()
+    compiled = minidynamo.optimize(cnt)(fn)
+
+    def caller(x):
+        return fn(x) * 2
+
+    compiled_caller = minidynamo.optimize(cnt)(caller)
+    x = torch.randn(3)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), x * 3 + 1)
+        torch.testing.assert_close(compiled_caller(x), (x * 3 + 1) * 2)
+    fn.__globals__["SCALE"] = 5  # a global of the exec namespace rebound: seen
+    torch.testing.assert_close(compiled(x), x * 3 + 5)
+    torch.testing.assert_close(compiled_caller(x), (x * 3 + 5) * 2)
+    assert cnt.frame_count >= 2

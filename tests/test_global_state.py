@@ -225,3 +225,100 @@ def out_of_bounds_args():
 def test_graph_raising_inside_no_grad_restores_grad_mode(backend):
     check_state(no_grad_index_error, out_of_bounds_args, backend)
     assert torch.is_grad_enabled()
+
+
+# ---- grad-mode objects made outside the frame or before a break ----
+def ctx_argument(x, ctx):
+    with ctx:
+        y = x * 2
+    return y, torch.is_grad_enabled()
+
+
+def ctx_argument_after_break(x, ctx):
+    y = x + 1
+    print("break")
+    with ctx:
+        z = y * 2
+    return z, torch.is_grad_enabled()
+
+
+def ctx_argument_break_inside(x, ctx):
+    with ctx:
+        y = x * 2
+        print("break")
+        z = y + torch.is_grad_enabled()
+    return z, torch.is_grad_enabled()
+
+
+def ctx_argument_used_twice(x, ctx):
+    with ctx:
+        y = x * 2
+    with ctx:
+        z = y * 3
+    return z
+
+
+def ctx_made_before_break(x):
+    ctx = torch.no_grad()
+    y = x + 1
+    print("break")
+    with ctx:
+        z = y * 2
+    with ctx:
+        w = z * 2
+    return w, z.requires_grad
+
+
+def set_grad_enabled_object_across_break(x):
+    ctx = torch.set_grad_enabled(False)
+    y = x * 2
+    print("break")
+    with ctx:
+        z = y + x
+    return z, torch.is_grad_enabled()
+
+
+CONTEXTS = {
+    "set_grad_enabled_true": lambda: _made_then_restored(True),
+    "set_grad_enabled_false": lambda: _made_then_restored(False),
+    "no_grad": torch.no_grad,
+    "enable_grad": torch.enable_grad,
+    "inference_mode": torch.inference_mode,
+}
+
+
+def _made_then_restored(mode):
+    before = torch.is_grad_enabled()
+    ctx = torch.set_grad_enabled(mode)
+    torch.set_grad_enabled(before)
+    return ctx
+
+
+def _context_state(ctx):
+    return type(ctx), {k: v for k, v in vars(ctx).items() if not k.startswith("_")}
+
+
+@pytest.mark.parametrize("make_ctx", list(CONTEXTS.values()), ids=list(CONTEXTS))
+@pytest.mark.parametrize("fn", [ctx_argument, ctx_argument_after_break, ctx_argument_break_inside,
+                                ctx_argument_used_twice], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("grad", [True, False])
+def test_grad_mode_object_arguments(fn, make_ctx, grad, capsys):
+    compiled = optimize("eager")(fn)
+    for call in range(3):
+        with torch.set_grad_enabled(grad):
+            x = torch.randn(3, requires_grad=True)
+            eager_ctx, compiled_ctx = make_ctx(), make_ctx()
+            before = GlobalState.capture()
+            expected = fn(x, eager_ctx)
+            eager_state = GlobalState.capture()
+            before.restore()
+            actual = compiled(x, compiled_ctx)
+            assert GlobalState.capture().differences(eager_state) == [], f"call {call}"
+            before.restore()
+        assert_equal(actual, expected, f"call {call}")
+        assert _context_state(compiled_ctx) == _context_state(eager_ctx), f"call {call}: the context object"
+
+
+@pytest.mark.parametrize("fn", [ctx_made_before_break, set_grad_enabled_object_across_break], ids=lambda f: f.__name__)
+def test_grad_mode_objects_made_before_a_break(fn, capsys):
+    check_state(fn, grad_args)

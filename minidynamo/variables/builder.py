@@ -5,6 +5,7 @@ import builtins
 import functools
 import math
 import operator
+import sys
 import types
 import weakref
 from typing import Any, Optional
@@ -32,11 +33,27 @@ _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, rang
                   type, slice, map, filter, super)
 
 
+# torch's context-manager objects (inference_mode(), ...) are values, not functions to put in a graph.
+_CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager,)
+
+
 def is_torch_object(value: Any) -> bool:
     module = getattr(value, "__module__", None) or ""
     if isinstance(value, types.ModuleType):
         module = value.__name__
-    return module == "torch" or module.startswith(("torch.", "torch._C"))
+    if not _is_torch_name(module):
+        return False
+    # `__module__` is only the `__name__` of the globals a function was made in (exec can make any
+    # namespace claim to be torch); a Python function is torch's if it runs in a torch module's globals.
+    if not isinstance(value, types.FunctionType):
+        return True
+    globals_ = value.__globals__
+    name = globals_.get("__name__")
+    return isinstance(name, str) and _is_torch_name(name) and getattr(sys.modules.get(name), "__dict__", None) is globals_
+
+
+def _is_torch_name(module: str) -> bool:
+    return module == "torch" or module.startswith("torch.")
 
 
 def is_stable_module(module: types.ModuleType) -> bool:
@@ -106,7 +123,9 @@ class VariableBuilder:
         if is_functorch_function(value) and isinstance(value, types.FunctionType):
             VariableBuilder(tx, source and AttrSource(source, "__code__")).guard(GuardKind.ID_MATCH, value.__code__)
             return FunctorchFunctionVariable(value, source)
-        if is_torch_object(value) and callable(value):
+        if type(value) in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
+            return GradModeVariable.from_object(tx, value, source)
+        if is_torch_object(value) and callable(value) and not isinstance(value, _CONTEXT_MANAGER_OBJECTS):
             self.guard(GuardKind.ID_MATCH, value)
             return TorchVariable(value, source)
         if isinstance(value, types.FunctionType):

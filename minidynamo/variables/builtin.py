@@ -41,7 +41,10 @@ _GRAPHABLE = {
 # Builtins on symbolic sizes, recorded as their torch counterparts.
 _SYM_FUNCTIONS = {max: torch.sym_max, min: torch.sym_min, int: torch.sym_int, float: torch.sym_float}
 _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul, operator.getitem, operator.contains,
-                 operator.eq, operator.ne, operator.or_, operator.ior}
+                 operator.eq, operator.ne, operator.or_, operator.ior, operator.iand, operator.isub, operator.ixor}
+# `a op= b` on a set changes `a` itself (a global or argument set keeps its identity).
+_SET_IN_PLACE = {operator.ior: "update", operator.iand: "intersection_update", operator.isub: "difference_update",
+                 operator.ixor: "symmetric_difference_update"}
 
 
 class BuiltinVariable(VariableTracker):
@@ -131,6 +134,9 @@ class BuiltinVariable(VariableTracker):
                 a.call_method(tx, "update", [b], {})
                 return a
             return ConstDictVariable({**a.items, **b.items})
+        if fn in _SET_IN_PLACE and isinstance(a, SetVariable) and isinstance(b, SetVariable):
+            a.call_method(tx, _SET_IN_PLACE[fn], [b], {})
+            return a
         if fn is operator.getitem and isinstance(a, (BaseListVariable, ConstDictVariable)):
             return a.call_method(tx, "__getitem__", [b], {})
         if fn in (operator.eq, operator.ne) and (_has_sym_items(a) or _has_sym_items(b)):

@@ -122,6 +122,10 @@ class ListVariable(BaseListVariable):
         return ConstantVariable(None)
 
 
+_SET_MUTATORS = ("add", "update", "discard", "remove", "clear", "pop", "intersection_update", "difference_update",
+                 "symmetric_difference_update")
+
+
 class SetVariable(BaseListVariable):
     """A set of constants (sets of tensors or objects are not tracked)."""
 
@@ -142,32 +146,32 @@ class SetVariable(BaseListVariable):
         unimplemented("indexing a set")
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
-        if self.source is not None and name in ("add", "update", "discard", "remove", "clear", "pop"):
-            tx.output.side_effects.mutate_container(self)
-        if name == "add" and len(args) == 1:
-            self.add(args[0])
-        elif name == "update":
-            for arg in args:
-                for item in arg.unpack_var_sequence(tx):
-                    self.add(item)
-        elif name in ("discard", "remove") and len(args) == 1:
-            value = args[0].as_python_constant()
-            kept = [i for i in self.items if i.as_python_constant() != value]
-            if name == "remove" and len(kept) == len(self.items):
-                unimplemented("set.remove of a missing element")
-            self.items = kept
-        elif name == "clear":
-            self.items.clear()
-        elif name == "__contains__" and len(args) == 1:
+        if name in _SET_MUTATORS:
+            return self.mutate(tx, name, args, kwargs)
+        if name == "__contains__" and len(args) == 1:
             return ConstantVariable(args[0].as_python_constant() in self.as_python_constant())
-        elif name == "__len__":
+        if name == "__len__":
             return ConstantVariable(len(self.items))
-        elif all(a.is_python_constant() for a in args) and hasattr(set, name) and name not in ("pop",):
+        if all(a.is_python_constant() for a in args) and hasattr(set, name) and not kwargs:
             from .builder import wrap_constant_result
 
             return wrap_constant_result(getattr(self.as_python_constant(), name)(*[a.as_python_constant() for a in args]))
-        else:
-            unimplemented(f"set.{name}")
+        unimplemented(f"set.{name}")
+
+    def mutate(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        """An in-place method, run on the constant values; items keep their order, new ones go last."""
+        if name == "pop" or kwargs or not all(a.is_python_constant() for a in args):
+            unimplemented(f"set.{name} with these arguments")
+        values = self.as_python_constant()
+        if name == "remove" and args and args[0].as_python_constant() not in values:
+            unimplemented("set.remove of a missing element")
+        getattr(values, name)(*[a.as_python_constant() for a in args])
+        if self.source is not None:
+            tx.output.side_effects.mutate_container(self)
+        kept = [item for item in self.items if item.as_python_constant() in values]
+        self.items = kept
+        for value in values:
+            self.add(ConstantVariable(value))
         return ConstantVariable(None)
 
     def reconstruct(self, codegen) -> None:

@@ -73,34 +73,75 @@ class PythonModuleVariable(VariableTracker):
         return VariableBuilder(tx, AttrSource(self.source, name))(value)
 
 
+def grad_mode_object(cls: type, mode: bool, prev: Optional[bool]) -> Any:
+    """A torch.no_grad / enable_grad / set_grad_enabled object in a given state, made without
+    switching the grad mode (set_grad_enabled's constructor would)."""
+    obj = cls.__new__(cls)
+    if cls is torch.set_grad_enabled:
+        obj.mode = mode
+    if prev is not None:
+        obj.prev = prev
+    return obj
+
+
 class GradModeVariable(VariableTracker):
     """torch.no_grad() / enable_grad() / set_grad_enabled(mode) as a context manager.
 
     Entering and leaving record `torch._C._set_grad_enabled` in the graph, and switch the real
-    grad mode while tracing so that the fake tensors see what eager would."""
+    grad mode while tracing so that the fake tensors see what eager would. `previous` is the mode
+    __exit__ goes back to: set by each __enter__ for no_grad and enable_grad, when made for
+    set_grad_enabled (its constructor switches the mode)."""
 
-    def __init__(self, mode: bool) -> None:
-        super().__init__()
+    def __init__(self, mode: bool, source=None, cls: Optional[type] = None, previous: Optional[bool] = None) -> None:
+        super().__init__(source)
         self.mode = mode
-        self.previous: Optional[bool] = None
+        self.cls = cls or (torch.enable_grad if mode else torch.no_grad)
+        self.previous = previous
+
+    @classmethod
+    def from_object(cls, tx, value: Any, source) -> "GradModeVariable":
+        """A grad-mode object that already exists (an argument, a global, made before a break)."""
+        from ..guards import Guard, GuardKind
+        from ..source import AttrSource
+
+        def guard(kind, attr=None, expected=None) -> None:
+            if source is not None:
+                tx.output.add_guard(Guard(AttrSource(source, attr) if attr else source, kind, expected))
+
+        guard(GuardKind.TYPE_MATCH, expected=type(value))
+        if type(value) is torch.set_grad_enabled:
+            guard(GuardKind.EQUALS_MATCH, "mode", value.mode)
+            guard(GuardKind.EQUALS_MATCH, "prev", value.prev)
+            return cls(bool(value.mode), source, torch.set_grad_enabled, value.prev)
+        return cls(type(value) is torch.enable_grad, source, type(value))
+
+    @classmethod
+    def made_by_set_grad_enabled(cls, tx, mode: bool) -> "GradModeVariable":
+        context = cls(mode, None, torch.set_grad_enabled, torch.is_grad_enabled())
+        context.set_mode(tx, mode)
+        return context
 
     def describe(self) -> str:
         return f"grad mode context ({self.mode})"
 
     def python_type(self) -> type:
-        return torch.autograd.grad_mode.set_grad_enabled
+        return self.cls
 
     def set_mode(self, tx, mode: bool) -> None:
         tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
         torch._C._set_grad_enabled(mode)
 
     def enter(self, tx) -> VariableTracker:
-        if self.previous is None:
+        if self.cls is not torch.set_grad_enabled:
             self.previous = torch.is_grad_enabled()
-            self.set_mode(tx, self.mode)
+            if self.source is not None:  # eager's __enter__ stores it on the object
+                tx.output.side_effects.store_attr(self, self, "prev", ConstantVariable(self.previous))
+        self.set_mode(tx, self.mode)
         return ConstantVariable(None)
 
     def exit(self, tx) -> VariableTracker:
+        if self.previous is None:
+            unimplemented("leaving a grad mode block that was never entered")
         self.set_mode(tx, self.previous)
         return ConstantVariable(None)
 
@@ -110,6 +151,16 @@ class GradModeVariable(VariableTracker):
         if name == "__exit__":
             return self.exit(tx)
         return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> None:
+        if self.source is not None:
+            self.source.reconstruct(codegen)
+            return
+        codegen.load_function(grad_mode_object)
+        codegen.load_const(self.cls)
+        codegen.load_const(self.mode)
+        codegen.load_const(self.previous)
+        codegen.call(3)
 
 
 class WithExitVariable(VariableTracker):

@@ -120,9 +120,7 @@ class TorchVariable(VariableTracker):
         if fn in (torch.no_grad, torch.enable_grad) and not args:
             return GradModeVariable(fn is torch.enable_grad)
         if fn is torch.set_grad_enabled and len(args) == 1:
-            context = GradModeVariable(bool(args[0].as_python_constant()))
-            context.enter(tx)
-            return context
+            return GradModeVariable.made_by_set_grad_enabled(tx, bool(args[0].as_python_constant()))
         if fn is torch.is_grad_enabled:
             tx.output.add_guard(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
             return ConstantVariable(torch.is_grad_enabled())
