@@ -5,6 +5,9 @@
  * callback, since any installed hook slows every Python call in the process. */
 #include "minidynamo.h"
 
+#include <pthread.h>
+#include <stdint.h>
+
 static _Thread_local PyObject *tls_callback = NULL; /* strong reference or NULL */
 static _Thread_local int tls_busy = 0;             /* inside a callback or guard check */
 static int n_active_threads = 0;
@@ -18,6 +21,35 @@ static struct {
 } stats;
 
 static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag);
+
+/* ---- the C stack ----
+ * With a frame-evaluation hook installed, CPython 3.11 no longer inlines Python-to-Python calls:
+ * each one nests a C call of the evaluator. Deep recursion that eager code runs in a few
+ * megabytes of C stack would then overflow it. Near the end of the thread's stack, frames run
+ * with the hook uninstalled (calls inline again, nothing is converted), and the hook comes back
+ * when they return. */
+#define STACK_RESERVE ((size_t)2 << 20)
+static _Thread_local char *stack_lowest = NULL; /* this thread's stack bottom (it grows down) */
+static _Thread_local int stack_known = 0;
+
+size_t c_stack_left(void)
+{
+    char here;
+    if (!stack_known) {
+        pthread_attr_t attr;
+        void *addr;
+        size_t size;
+        stack_known = 1;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0)
+                stack_lowest = (char *)addr;
+            pthread_attr_destroy(&attr);
+        }
+    }
+    if (stack_lowest == NULL || &here < stack_lowest)
+        return SIZE_MAX;
+    return (size_t)(&here - stack_lowest);
+}
 
 static void ensure_installed(void)
 {
@@ -174,8 +206,19 @@ static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *
     return entry == NULL ? NULL : frame_call_entry(entry, f);
 }
 
+static PyObject *eval_unhooked(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
+{
+    uninstall();
+    PyObject *result = previous_eval(ts, f, throwflag);
+    if (n_active_threads > 0)
+        ensure_installed();
+    return result;
+}
+
 static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
 {
+    if (c_stack_left() < STACK_RESERVE)
+        return eval_unhooked(ts, f, throwflag);
     PyObject *callback = tls_callback;
     if (callback == NULL || tls_busy || throwflag || cache_size_limit == 0)
         return previous_eval(ts, f, throwflag);

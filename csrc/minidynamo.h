@@ -64,6 +64,7 @@ int frame_init_types(PyObject *module);
  * returns the previous one (a reference the caller now owns, or NULL). */
 PyObject *callback_swap(PyObject *callback);
 int callback_check(PyObject *callback); /* -1 with TypeError unless None, False or callable */
+size_t c_stack_left(void);              /* bytes of this thread's C stack below the caller */
 
 /* ---- wrapper.c ---- */
 int wrapper_init_type(PyObject *module);

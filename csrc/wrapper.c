@@ -6,6 +6,8 @@
 
 #include <structmember.h>
 
+#define WRAPPER_STACK_RESERVE ((size_t)512 << 10)
+
 typedef struct {
     PyObject_HEAD
     PyObject *fn;
@@ -19,6 +21,10 @@ static PyObject *wrapper_vectorcall(PyObject *self, PyObject *const *args, size_
                                     PyObject *kwnames)
 {
     CallbackWrapper *w = (CallbackWrapper *)self;
+    if (c_stack_left() < WRAPPER_STACK_RESERVE) { /* each call through a wrapper nests C calls */
+        PyErr_SetString(PyExc_RecursionError, "maximum recursion depth exceeded (the C stack is nearly full)");
+        return NULL;
+    }
     PyObject *fn = Py_NewRef(w->fn);
     PyObject *callback = w->callback == Py_None ? NULL : Py_NewRef(w->callback);
     PyObject *previous = callback_swap(callback);

@@ -18,7 +18,7 @@ import torch
 from . import _C, config
 from .eval_frame import GuardedCode
 from .exc import BackendCompilerFailed, Unsupported
-from .global_state import GlobalState
+from .global_state import GlobalState, resume_saved_tensors_hooks, suspend_saved_tensors_hooks
 from .guard_set import build_check_function
 from .guards import CheckFunction
 from .output_graph import OutputGraph
@@ -184,6 +184,7 @@ class ConvertFrame:
                                 frame.f_code.co_firstlineno, record.recompile_reason)
         start = time.perf_counter()
         state = GlobalState.capture()
+        hooks = suspend_saved_tensors_hooks()
         try:
             return self.convert_or_fall_back(frame, record)
         except BaseException as e:
@@ -192,6 +193,7 @@ class ConvertFrame:
             raise
         finally:
             state.restore()
+            resume_saved_tensors_hooks(hooks)
             record.seconds = time.perf_counter() - start
             for listener in compile_listeners:
                 listener(record)

@@ -134,3 +134,18 @@ class GlobalState:
         second.__enter__()
         first.__exit__(None, None, None)
         second.__exit__(None, None, None)
+
+
+def suspend_saved_tensors_hooks() -> List[Any]:
+    """Take the user's saved-tensors hooks (torch.autograd.graph.saved_tensors_hooks, checkpoint) off
+    the stack while a frame compiles: the fake tensors of the trace are not theirs to see."""
+    suspended = []
+    while (top := torch._C._autograd._top_saved_tensors_default_hooks(True)) is not None:
+        suspended.append(top)
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    return suspended
+
+
+def resume_saved_tensors_hooks(suspended: List[Any]) -> None:
+    for pack, unpack in reversed(suspended):
+        torch._C._autograd._push_saved_tensors_default_hooks(pack, unpack)

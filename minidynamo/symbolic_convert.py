@@ -280,7 +280,10 @@ class InstructionTranslatorBase:
     def LOAD_METHOD(self, inst: Instr) -> None:
         obj = self.pop()
         self.push(NullVariable())
-        self.push(BoundMethodCall(obj, inst.arg))
+        if isinstance(obj, PythonModuleVariable):  # a module's function is its attribute (what a break calls)
+            self.push(obj.var_getattr(self, inst.arg))
+        else:
+            self.push(BoundMethodCall(obj, inst.arg))
 
     def STORE_ATTR(self, inst: Instr) -> None:
         obj, value = self.pop(), self.pop()

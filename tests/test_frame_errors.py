@@ -352,3 +352,107 @@ def test_exec_defined_function_reads_its_own_globals(name):
     torch.testing.assert_close(compiled(x), x * 3 + 5)
     torch.testing.assert_close(compiled_caller(x), (x * 3 + 5) * 2)
     assert cnt.frame_count >= 2
+
+
+# ---- activation checkpointing and saved-tensors hooks ----
+class CheckpointedMLP(torch.nn.Module):
+    def __init__(self, reentrant: bool, dropout: float = 0.0):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.reentrant = reentrant
+
+    def block(self, x):
+        return self.dropout(torch.relu(self.l1(x))) * 2
+
+    def forward(self, x):
+        y = torch.utils.checkpoint.checkpoint(self.block, x + 1, use_reentrant=self.reentrant)
+        return self.l2(y).sum()
+
+
+def forward_backward(model, fn, seed):
+    torch.manual_seed(seed)
+    x = torch.randn(3, 4, requires_grad=True)
+    model.zero_grad()
+    out = fn(x)
+    out.backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+
+
+@pytest.mark.parametrize("backend, reentrant, dropout", [
+    ("eager", False, 0.0), ("eager", True, 0.0), ("eager", False, 0.5), ("eager", True, 0.5),
+    ("cpp", False, 0.5), ("cpp", True, 0.0)])
+def test_checkpoint_forward_and_backward_match_eager(backend, reentrant, dropout):
+    torch.manual_seed(0)
+    model = CheckpointedMLP(reentrant, dropout)
+    compiled = minidynamo.optimize(backend)(model)
+    for call in range(3):
+        want = forward_backward(model, model, call)
+        got = forward_backward(model, compiled, call)
+        torch.testing.assert_close(got[0], want[0])
+        for g, w in zip(got[1], want[1]):
+            torch.testing.assert_close(g, w)
+
+
+def sin_times(x, w):
+    return (torch.sin(x) * w).sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "cpp"])
+def test_saved_tensors_hooks_see_what_eager_saves(backend):
+    """A compile inside saved_tensors_hooks does not hand the trace's fake tensors to the user's hooks."""
+    seen = []
+
+    def pack(t):
+        seen.append(type(t))
+        return t
+
+    compiled = minidynamo.optimize(backend)(sin_times)
+    for fn in (sin_times, compiled, compiled):
+        x, w = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn(x, w).backward()
+        assert all(t is torch.Tensor or t is torch.nn.Parameter for t in seen), seen
+        seen.clear()
+    assert torch._C._autograd._top_saved_tensors_default_hooks(True) is None
+
+
+# ---- deep recursion: 50,000 nested Python calls with the hook installed (in a subprocess) ----
+DEEP_RECURSION = """
+import sys, torch, minidynamo
+
+def rec(x, n):
+    return x + 1 if n == 0 else rec(x, n - 1)
+
+def plain(n):
+    return 0 if n == 0 else plain(n - 1) + 1
+
+def outer(x):
+    return rec(x * 2, DEPTH) - 1
+
+DEPTH = 50_000
+sys.setrecursionlimit(4 * DEPTH)
+x = torch.ones(2)
+compiled = minidynamo.optimize("eager")(rec)
+print(compiled(x, 3).tolist(), compiled(x, DEPTH).tolist())       # compiled entries on the way down
+minidynamo.reset()
+print(minidynamo.optimize("eager")(outer)(x).tolist())               # through a compiled frame
+with minidynamo.optimize("eager"):
+    print(plain(DEPTH))                                              # frames with nothing to convert
+print(minidynamo.run(rec)(x, DEPTH).tolist())                        # cached code only
+g = minidynamo.optimize("eager")(lambda x, n: x if n == 0 else g(x, n - 1))
+try:
+    print(g(x, DEPTH).tolist())                                      # each level through the C wrapper
+except RecursionError:
+    print("RecursionError")
+"""
+
+
+def test_deep_recursion_does_not_crash():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", DEEP_RECURSION], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.split("\n")
+    assert lines[:5] == ["[2.0, 2.0] [2.0, 2.0]", "[2.0, 2.0]", "50000", "[2.0, 2.0]", lines[4]], done.stdout
+    assert lines[4] in ("[1.0, 1.0]", "RecursionError")

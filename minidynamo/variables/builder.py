@@ -24,7 +24,7 @@ from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
 from .misc import DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode, WeakRefVariable, WithExitVariable
 from .nn_module import NNModuleVariable
-from .torch import FunctorchFunctionVariable, TorchVariable, is_functorch_function
+from .torch import FunctorchFunctionVariable, TorchVariable, is_functorch_function, unconverted_wrapper
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 
 _STABLE_MODULES = (builtins, math, operator, functools)
@@ -125,6 +125,9 @@ class VariableBuilder:
             return FunctorchFunctionVariable(value, source)
         if type(value) in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
             return GradModeVariable.from_object(tx, value, source)
+        if unconverted_wrapper(value) is not None:
+            self.guard(GuardKind.ID_MATCH, value)
+            return DisabledFunctionVariable(unconverted_wrapper(value))  # no source: the wrapper is rebuilt
         if is_torch_object(value) and callable(value) and not isinstance(value, _CONTEXT_MANAGER_OBJECTS):
             self.guard(GuardKind.ID_MATCH, value)
             return TorchVariable(value, source)

@@ -44,6 +44,24 @@ _NOT_IN_GRAPH = {
     torch.load: "torch.load",
 }
 
+# Functions that call back into user code under their own autograd rules (activation checkpointing
+# reruns the function in backward, eagerly): the whole call runs in Python with no frame inside converted.
+_RUN_UNCONVERTED = {id(f): f for f in _existing("torch.utils.checkpoint.checkpoint",
+                                                 "torch.utils.checkpoint.checkpoint_sequential")}
+_unconverted_wrappers: Dict[int, Any] = {}
+
+
+def unconverted_wrapper(fn: Any) -> Any:
+    """For a function in _RUN_UNCONVERTED, the minidynamo.disable wrapper generated code calls instead; else None."""
+    if _RUN_UNCONVERTED.get(id(fn)) is not fn:
+        return None
+    if id(fn) not in _unconverted_wrappers:
+        from ..eval_frame import disable
+
+        _unconverted_wrappers[id(fn)] = disable(fn)
+    return _unconverted_wrappers[id(fn)]
+
+
 # Setters of process-wide state (default dtype, deterministic algorithms, autocast, seeds, threads, ...):
 # a graph would not replay them in order with the Python around it, so they run in Python (graph break).
 _GLOBAL_SETTER = re.compile(r"^_*(set_|use_|enable_|disable_|clear_|reset_)|^(manual_)?seed$|^autocast_(in|de)crement_nesting$")
