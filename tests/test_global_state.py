@@ -8,6 +8,20 @@ from minidynamo.global_state import GlobalState
 from translator_harness import REFERENCE, assert_equal, fresh_dynamo, optimize  # noqa: F401
 
 BACKENDS = ["eager"] if REFERENCE else ["eager", "cpp"]
+# Where torch 2.13's dynamo itself leaves a different state (or raises): skipped in reference mode.
+REFERENCE_DIFFERS = {
+    "set_autocast_enabled_call": "torch leaves autocast off after torch.set_autocast_enabled in the frame",
+    "autocast_entered_by_hand": "torch leaves autocast off after ctx.__enter__() in the frame",
+    "function_mode_entered": "torch raises on a torch function mode entered by hand",
+    "no_grad_index_error": "torch leaves grad mode off when its graph raises inside no_grad",
+    "ctx_made_before_break": "torch leaves grad mode off after a no_grad object made before a break",
+    "set_grad_enabled_object_across_break": "torch restores grad mode after set_grad_enabled() across a break",
+}
+
+
+def skip_where_reference_differs(fn):
+    if REFERENCE and fn.__name__ in REFERENCE_DIFFERS:
+        pytest.skip(f"reference (torch) differs: {REFERENCE_DIFFERS[fn.__name__]}")
 
 
 def run(fn, args):
@@ -19,6 +33,7 @@ def run(fn, args):
 
 def check_state(fn, make_args, backend="eager", calls=3):
     """Eager and compiled calls give the same result or exception and leave the same global state."""
+    skip_where_reference_differs(fn)
     compiled = optimize(backend)(fn)
     for call in range(calls):
         before = GlobalState.capture()
