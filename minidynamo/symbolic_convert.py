@@ -45,6 +45,7 @@ from .variables import (
 )
 from .variables.sym import make_slice
 
+_TRACING_NOTE = "while minidynamo traced:"
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
 
@@ -157,6 +158,10 @@ class InstructionTranslatorBase:
             except Unsupported as e:
                 if not e.user_stack:
                     e.user_stack = self.user_stack()
+                raise
+            except Exception as e:  # an internal error: say which line of the user's code was traced
+                if not any(note.startswith(_TRACING_NOTE) for note in getattr(e, "__notes__", ())):
+                    e.add_note("\n".join([_TRACING_NOTE, *map(str, self.user_stack())]))
                 raise
 
     def break_here(self, index: int) -> bool:

@@ -456,3 +456,29 @@ def test_deep_recursion_does_not_crash():
     lines = done.stdout.split("\n")
     assert lines[:5] == ["[2.0, 2.0] [2.0, 2.0]", "[2.0, 2.0]", "50000", "[2.0, 2.0]", lines[4]], done.stdout
     assert lines[4] in ("[1.0, 1.0]", "RecursionError")
+
+
+# ---- internal errors: eager in default mode, an error naming the user's line in nopython mode ----
+def adds_one(x):
+    y = x * 2
+    return y + 1  # the line the injected error is met on
+
+
+def test_internal_error_falls_back_or_names_the_line(monkeypatch):
+    from minidynamo.symbolic_convert import InstructionTranslatorBase
+
+    original = InstructionTranslatorBase.BINARY_OP
+
+    def binary_op(self, inst):
+        if len(self.output.graph.nodes) > 1:  # the second operation
+            raise ValueError("injected internal error")
+        return original(self, inst)
+
+    monkeypatch.setattr(InstructionTranslatorBase, "BINARY_OP", binary_op)
+    x = torch.randn(3)
+    torch.testing.assert_close(minidynamo.optimize("eager")(adds_one)(x), x * 2 + 1)
+    minidynamo.reset()
+    with pytest.raises(ValueError, match="injected") as info:
+        minidynamo.optimize("eager", nopython=True)(adds_one)(x)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "in adds_one" in notes and "return y + 1" in notes, notes
