@@ -43,6 +43,7 @@ class GlobalState:
     autocast_nesting: int
     default_dtype: torch.dtype
     deterministic: Tuple[bool, bool]  # enabled, warn only
+    anomaly: Tuple[bool, bool]  # enabled, check nan
     torch_function_state: Any
     torch_function_modes: Tuple[Any, ...]
     dispatch_modes: Tuple[Any, ...]  # the user stack
@@ -61,6 +62,7 @@ class GlobalState:
             default_dtype=torch.get_default_dtype(),
             deterministic=(torch.are_deterministic_algorithms_enabled(),
                            torch.is_deterministic_algorithms_warn_only_enabled()),
+            anomaly=(torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
             torch_function_state=torch._C._get_torch_function_state(),
             torch_function_modes=tuple(_get_current_function_mode_stack()),
             dispatch_modes=tuple(torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())),
@@ -99,6 +101,7 @@ class GlobalState:
             torch.autocast_decrement_nesting()
         torch._C._set_default_dtype(self.default_dtype)
         torch._C._set_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
+        torch.set_anomaly_enabled(*self.anomaly)
         torch._C._set_torch_function_state(self.torch_function_state)
         self._restore_tls_keys()
 

@@ -186,6 +186,11 @@ def deterministic_warn_only_inside(x):
     return y
 
 
+def anomaly_mode_inside(x):
+    torch.autograd.set_detect_anomaly(True)
+    return x * 2, torch.is_anomaly_enabled()
+
+
 def vector_args():
     torch.manual_seed(0)
     return (torch.randn(3),)
@@ -193,7 +198,7 @@ def vector_args():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fn", [set_default_dtype_inside, default_dtype_round_trip, deterministic_inside,
-                                deterministic_warn_only_inside], ids=lambda f: f.__name__)
+                                deterministic_warn_only_inside, anomaly_mode_inside], ids=lambda f: f.__name__)
 def test_flags_left_as_eager_leaves_them(fn, backend):
     check_state(fn, vector_args, backend)
 
