@@ -464,6 +464,70 @@ def vars_of_an_object_is_not_frame_introspection(x):
     return x + 1, vars(_Cache(3)).get("k")
 
 
+# ------------------------------------------------- containers changed in place keep their identity
+@CASES.case(x3, graphs=1, breaks=1)
+def set_made_here_changed_after_break(x):
+    s = set()
+    for v in [1, 2, 2]:
+        s.add(v)
+    print("break")
+    s.discard(1)
+    return x + len(s), s
+
+
+@CASES.case(x3, graphs=1, breaks=0)
+def set_inplace_operators_keep_identity(x):
+    s = {1, 2}
+    t = s
+    s |= {3}
+    s.intersection_update({2, 3, 4})
+    s -= {9}
+    s ^= {5}
+    return x + len(t), t, s is t
+
+
+@CASES.case(lambda: (rand(2), {1, 2}), lambda: (rand(2), {3}), graphs=None)
+def input_set_changed_in_place(x, s):
+    s.intersection_update({1, 3})
+    s |= {7}
+    s.difference_update({3})
+    return x + len(s)
+
+
+@CASES.case(lambda: (rand(2), [1]), lambda: (rand(2), [1, 2]), graphs=None)
+def list_imul_is_in_place(x, l):
+    t = l
+    l *= 2
+    local = [x]
+    alias = local
+    local *= 3
+    return x + len(t), l is t, len(alias), alias is local
+
+
+@CASES.case(lambda: (rand(2), [1, 2]), graphs=None)
+def operator_setitem_on_a_list(x, l):
+    import operator
+
+    operator.setitem(l, 0, 5)
+    mine = [1, 2]
+    operator.delitem(mine, 0)
+    return x + l[0], mine
+
+
+GLOBAL_SET = {1}
+
+
+@CASES.case(x2, lambda: (rand(3),), graphs=None, global_names=("GLOBAL_SET",), repeat=3)
+def global_set_grows_each_call(x):
+    GLOBAL_SET.add(len(GLOBAL_SET) + 1)
+    return x + len(GLOBAL_SET)
+
+
+@CASES.case(x2, graphs=None)
+def min_max_with_default(x):
+    return x + max([], default=3) + min([4, 2], default=0)
+
+
 @pytest.mark.parametrize("case", CASES.params())
 def test_wrong_answers(case):
     case.run()

@@ -101,7 +101,7 @@ class VariableBuilder:
             items = [VariableBuilder(tx, source and GetItemSource(source, i))(v) for i, v in enumerate(value)]
             return NamedTupleVariable(items, type(value), source)
         if type(value) is set and all(is_constant_value(v) for v in value):
-            self.guard(GuardKind.EQUALS_MATCH, value)
+            self.guard(GuardKind.EQUALS_MATCH, set(value))  # a copy: the set itself may change later
             return SetVariable([ConstantVariable(v) for v in value], source)
         if isinstance(value, functools.partial):
             from .functions import PartialVariable

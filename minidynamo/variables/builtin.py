@@ -45,6 +45,9 @@ _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul, opera
 # `a op= b` on a set changes `a` itself (a global or argument set keeps its identity).
 _SET_IN_PLACE = {operator.ior: "update", operator.iand: "intersection_update", operator.isub: "difference_update",
                  operator.ixor: "symmetric_difference_update"}
+# operator functions that change their first argument: never folded on a copy of a container.
+_MUTATING = {operator.setitem, operator.delitem, operator.iconcat,
+             *[getattr(operator, n) for n in dir(operator) if n.startswith("i") and n[1:] in dir(operator)]}
 
 
 class BuiltinVariable(VariableTracker):
@@ -82,6 +85,8 @@ class BuiltinVariable(VariableTracker):
             return tx.output.call_graph_op(tx, "call_function", _SYM_FUNCTIONS.get(self.fn, self.fn), args, {})
         handler = getattr(self, f"_call_{getattr(self.fn, '__name__', '')}", None)
         if handler is not None and getattr(builtins, self.fn.__name__, None) is self.fn:
+            if not _binds(handler, args, kwargs):  # Python raises the TypeError when the frame runs
+                unimplemented(f"{self.fn.__name__}() with arguments it does not take here")
             result = handler(tx, *args, **kwargs)
             if result is not None:
                 return result
@@ -92,10 +97,13 @@ class BuiltinVariable(VariableTracker):
             if result is not None:
                 return result
         if self.fn in (operator.is_, operator.is_not) and len(args) == 2:  # never on copies made to fold
-            return self._identity(tx, *args)
+            same = self._identity(tx, *args)
+            if same is None:
+                unimplemented(f"'is' between {args[0].describe()} and {args[1].describe()}")
+            return same
         if (self.fn in _FOLDABLE or self.fn in _SETTINGS_READS) and all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
-        ):
+        ) and not (self.fn in _MUTATING and any(a.has_identity for a in args)):
             value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
             from .builder import wrap_constant_result
 
@@ -127,6 +135,9 @@ class BuiltinVariable(VariableTracker):
                 return a
             if a.python_cls is b.python_cls:
                 return type(a)(a.items + b.items) if type(a) in (ListVariable, TupleVariable) else TupleVariable(a.items + b.items)
+        if fn is operator.imul and isinstance(a, ListVariable) and b.is_python_constant():
+            a.call_method(tx, "__setitem__", [ConstantVariable(slice(None)), ListVariable(a.items * b.as_python_constant())], {})
+            return a
         if fn in (operator.mul, operator.imul) and isinstance(a, BaseListVariable) and b.is_python_constant():
             return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) else None
         if fn in (operator.or_, operator.ior) and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
@@ -178,6 +189,8 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(same != negate)
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
             return ConstantVariable((a.node is b.node) != negate) if self.fn in (operator.is_, operator.is_not) else None
+        if any(v.has_identity and v.source is None for v in (a, b)):  # made while tracing: only its tracker is it
+            return ConstantVariable(negate)
         real_a, real_b = _identity_of(a), _identity_of(b)
         if real_a is not None and real_b is not None:
             return ConstantVariable((real_a is real_b) != negate)
@@ -290,9 +303,14 @@ class BuiltinVariable(VariableTracker):
             total = add.call_function(tx, [total, item], {})
         return total
 
-    def _reduce_min_max(self, tx, args: List[VariableTracker], key: VariableTracker = None):
+    def _reduce_min_max(self, tx, args: List[VariableTracker], key: VariableTracker = None,
+                        default: VariableTracker = None):
         if len(args) == 1:
             args = args[0].unpack_var_sequence(tx)
+            if not args and default is not None:
+                return default
+        if not args:
+            unimplemented(f"{self.fn.__name__}() of an empty sequence")
         if key is not None and not _is_none(key):
             keys = [key.call_function(tx, [a], {}).as_python_constant() for a in args]
             best = self.fn(range(len(args)), key=keys.__getitem__)
@@ -304,11 +322,11 @@ class BuiltinVariable(VariableTracker):
             return tx.output.call_graph_op(tx, "call_function", pick, args, {})
         unimplemented(f"{self.fn.__name__}() over tensors and Python values")
 
-    def _call_max(self, tx, *args: VariableTracker, key: VariableTracker = None):
-        return self._reduce_min_max(tx, list(args), key)
+    def _call_max(self, tx, *args: VariableTracker, key: VariableTracker = None, default: VariableTracker = None):
+        return self._reduce_min_max(tx, list(args), key, default)
 
-    def _call_min(self, tx, *args: VariableTracker, key: VariableTracker = None):
-        return self._reduce_min_max(tx, list(args), key)
+    def _call_min(self, tx, *args: VariableTracker, key: VariableTracker = None, default: VariableTracker = None):
+        return self._reduce_min_max(tx, list(args), key, default)
 
     def _call_getattr(self, tx, obj: VariableTracker, name: VariableTracker, *default: VariableTracker):
         attr = name.as_python_constant()
@@ -359,6 +377,19 @@ class BuiltinVariable(VariableTracker):
         if identity is None:
             unimplemented("id() of a value created while tracing")
         return ConstantVariable(id(identity))
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(handler: Callable) -> inspect.Signature:
+    return inspect.signature(handler)
+
+
+def _binds(handler: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:
+    try:
+        _signature(handler.__func__).bind(None, None, *args, **kwargs)
+    except TypeError:
+        return False
+    return True
 
 
 def _has_sym_items(value: VariableTracker) -> bool:
