@@ -104,7 +104,10 @@ class BuiltinVariable(VariableTracker):
         if (self.fn in _FOLDABLE or self.fn in _SETTINGS_READS) and all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
         ) and not (self.fn in _MUTATING and any(a.has_identity for a in args)):
-            value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+            try:
+                value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+            except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
+                unimplemented(f"{self.describe()} raises {type(e).__name__} here")
             from .builder import wrap_constant_result
 
             return wrap_constant_result(value)

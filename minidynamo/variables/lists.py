@@ -37,7 +37,10 @@ class BaseListVariable(VariableTracker):
     def getitem(self, tx, index: Any) -> VariableTracker:
         if isinstance(index, slice):
             return type(self)(self.items[index])
-        return self.items[index]
+        try:
+            return self.items[index]
+        except (IndexError, TypeError):  # raised again by the real lookup, where the user's code can catch it
+            unimplemented(f"{self.describe()}[{index!r}] raises")
 
     def subvalues(self) -> List[VariableTracker]:
         return list(self.items)
