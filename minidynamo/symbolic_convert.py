@@ -728,6 +728,12 @@ class InstructionTranslator(InstructionTranslatorBase):
             if not nulls[i]:
                 codegen.reconstruct(value)
                 codegen.append("STORE_FAST", f"{prefix}{i}")
+        # the locals' current values go back to their slots before any branch, so that objects
+        # built here exist on both paths of a conditional jump
+        for name, value in {n: v for names in local_names.values() for n, v in names if v is not None}.items():
+            codegen.reconstruct(value)
+            codegen.append("STORE_FAST", name)
+        local_names = {t: [(n, None) for n, _ in names] for t, names in local_names.items()}
         n_results = 0
         restore = self.grad_mode_restore(inst)
         if restore is not None:  # the instruction raising leaves its with block: restore the mode

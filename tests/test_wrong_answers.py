@@ -528,6 +528,36 @@ def min_max_with_default(x):
     return x + max([], default=3) + min([4, 2], default=0)
 
 
+# -------------------------------------------------- objects built by a break with two continuations
+pos_neg = (lambda: (torch.ones(2),), lambda: (-torch.ones(2),), lambda: (torch.ones(2),))
+
+
+@CASES.case(*pos_neg, graphs=None)
+def list_built_before_data_dependent_branch(x):
+    out = [x + 1]
+    if x.sum() > 0:
+        out.append(x * 2)
+    return out
+
+
+@CASES.case(*pos_neg, graphs=None)
+def nested_objects_built_before_branch(x):
+    d = {"a": x}
+    t = (d, [x])
+    if x.numel() > 1 and x.sum() > 0:
+        return t
+    return d, t[1] is t[1]
+
+
+@CASES.case(*pos_neg, graphs=None)
+def aliased_list_before_branch(x):
+    a = [x]
+    b = a
+    if x.sum() > 0:
+        a.append(x)
+    return len(b), a is b
+
+
 @pytest.mark.parametrize("case", CASES.params())
 def test_wrong_answers(case):
     case.run()

@@ -14,14 +14,11 @@ KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
         "module_target: PROG.", "module_target: Prog.", "module_target: self.count"),
     "facts read without a guard: hasattr / getattr with a default on objects": (
         "objects: if hasattr(", "objects: y = y + getattr("),
-    "side effects: set.add on a global set": ("containers: GSET{i}.add(7)",),
     "patched methods, properties and __code__ on classes, instances and functions": (
         "objects: Obj{i}.m", "objects: O{i}.m", "objects: Obj{i}.p", "objects: H{i}.__code__"),
     "identity guards: an enum member or sentinel (global or argument) compared with is / == / in": ("identity: if ",),
     "cpp backend: outputs lose their aliasing (views come back as copies, equal values as one tensor); values "
     "where eager raises (abs of bool); grad mode left off by a break inside no_grad": ("backend: cpp",),
-    "resume code: a list built before a data-dependent branch (UnboundLocalError ___built0)": (
-        "breaks: if y.sum() > 0", "breaks: for i in range(2)", "breaks: if y.numel()", "breaks: y = y + (1 if"),
 }
 ALL_FAMILIES: Tuple[str, ...] = tuple(families.FAMILIES)
 CPP_FRACTION = 0.1
