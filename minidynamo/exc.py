@@ -29,8 +29,11 @@ class UserFrame:
 
 
 class BackendCompilerFailed(Exception):
-    def __init__(self, backend_name: str, inner: BaseException) -> None:
-        super().__init__(f"backend {backend_name!r} raised {type(inner).__name__}: {inner}")
+    """A backend raised, or returned something other than a callable, while compiling a graph."""
+
+    def __init__(self, backend_name: str, inner: BaseException, message: Optional[str] = None) -> None:
+        super().__init__(message or f"backend {backend_name!r} raised {type(inner).__name__}: {inner}")
+        self.backend_name = backend_name
         self.inner = inner
 
 

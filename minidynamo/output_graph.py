@@ -27,6 +27,7 @@ from .dynamic_shapes import (
     shape_guards,
     symbolic_context,
 )
+from .backends.registry import backend_name
 from .bytecode_transformation import assemble, frame_prologue
 from .pycodegen import PyCodegen
 from .side_effects import SideEffects
@@ -275,10 +276,15 @@ class OutputGraph:
         self.graph.output(tuple(t.node for t in outputs))
         graph_module = torch.fx.GraphModule(self.root, self.graph, class_name="GraphModule")
         start = time.perf_counter()
+        name = backend_name(self.compiler_fn)
         try:
             compiled = self.compiler_fn(graph_module, [arg.example for arg in self.graphargs])
         except Exception as e:
-            raise BackendCompilerFailed(getattr(self.compiler_fn, "__name__", repr(self.compiler_fn)), e) from e
+            raise BackendCompilerFailed(name, e) from e
+        if not callable(compiled):
+            message = (f"backend {name!r} returned {type(compiled).__name__}, not a callable: a backend "
+                       f"must return a function that runs the graph (e.g. gm.forward)")
+            raise BackendCompilerFailed(name, TypeError(message), message)
         self.compiled.append(CompiledGraph(graph_module, time.perf_counter() - start))
         if any(n.target is torch._C._set_grad_enabled for n in self.graph.nodes):
             compiled = _restoring_grad_mode(compiled)

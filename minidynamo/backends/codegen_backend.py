@@ -1,8 +1,9 @@
 """What the "cpp" and "triton" backends share: eager fallbacks, gradients through aot_autograd.
 
 Graphs that need gradients go through aot_autograd, with forward and backward both compiled by the
-code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation, an
-internal error) runs eagerly instead; results are never approximated by dropping work.
+code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation,
+tensors of a torch.func transform, inputs eager rejects, an internal error) runs eagerly instead:
+results are never approximated by dropping work, and errors are eager's own.
 """
 from __future__ import annotations
 
@@ -32,6 +33,26 @@ def static_tensors(example_inputs: Sequence) -> bool:
         for t in example_inputs)
 
 
+def under_functorch(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
+    """Compiled inside a torch.func transform (grad, vjp, jacrev, vmap): its wrapped tensors have
+    no storage the kernels could read, and the transform must see every op, so such graphs run
+    eagerly."""
+    from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_stack
+
+    if peek_interpreter_stack() is not None:
+        return True
+    attrs = [_fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+    return any(isinstance(t, torch.Tensor) and is_functorch_wrapped_tensor(t)
+               for t in (*example_inputs, *attrs))
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str):
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
     if not torch.is_grad_enabled():
         return False
@@ -45,17 +66,27 @@ class CodegenBackend:
         self.__name__ = name
         self.compile_graph = compile_graph
 
+    def _fallback(self, gm: torch.fx.GraphModule, error: Exception) -> Callable:
+        """The graph run eagerly after `error` stopped its compilation (re-raised in strict mode
+        unless it says eager rejects the inputs: then eager raises its own error on each call)."""
+        from ..codegen.lowering import EagerRejects
+
+        if isinstance(error, EagerRejects):
+            log.debug("%s backend: eager raises on this graph's inputs: %s", self.__name__, error)
+            return gm.forward
+        if config.strict:
+            raise error
+        log.warning("%s backend: falling back to eager", self.__name__, exc_info=error)
+        return gm.forward
+
     def compile_inference(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         """Compile a graph whose outputs need no autograd history; eager fallback on any failure."""
         if not static_tensors(example_inputs):
             return gm.forward
         try:
             return self.compile_graph(gm, example_inputs)
-        except Exception:
-            if config.strict:
-                raise
-            log.warning("%s backend: falling back to eager", self.__name__, exc_info=True)
-            return gm.forward
+        except Exception as e:
+            return self._fallback(gm, e)
 
     def compile_autograd(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
@@ -76,12 +107,15 @@ class CodegenBackend:
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-        if not static_tensors(example_inputs):
+        if not static_tensors(example_inputs) or under_functorch(gm, example_inputs):
             return gm.forward
         if needs_grad(gm, example_inputs):
             if has_recurrent_ops(gm):
                 return gm.forward
-            return self.compile_autograd(gm, example_inputs)
+            try:
+                return self.compile_autograd(gm, example_inputs)
+            except Exception as e:
+                return self._fallback(gm, e)
         compiled = self.compile_inference(gm, example_inputs)
         if compiled == gm.forward:
             return compiled

@@ -6,6 +6,7 @@ importing minidynamo never imports g++ wrappers or triton.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Callable, Dict, List, Optional, Union
 
@@ -48,3 +49,10 @@ def lookup_backend(backend: Union[str, CompilerFn]) -> CompilerFn:
 
 def list_backends() -> List[str]:
     return sorted(set(_BACKENDS) | set(_LAZY_BACKENDS))
+
+
+def backend_name(compiler_fn: CompilerFn) -> str:
+    """The name a backend is known by in messages (through `functools.partial(fn, options=...)`)."""
+    while isinstance(compiler_fn, functools.partial):
+        compiler_fn = compiler_fn.func
+    return getattr(compiler_fn, "__name__", None) or repr(compiler_fn)

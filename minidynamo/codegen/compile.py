@@ -1,18 +1,20 @@
 """The pipeline: trace to core ATen -> lower to IR -> schedule -> emit C++ -> build -> wrap."""
 from __future__ import annotations
 
+import copy
 import functools
-from typing import Dict, Sequence
+import warnings
+from typing import Any, Dict, Sequence, Tuple
 
 import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions, get_decompositions
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .build import load_library
 from .cpp import emit_source
-from .lowering import GraphLowering, Unsupported
+from .lowering import EagerRejects, GraphLowering, Unsupported, is_dense
 from .scheduler import Scheduler
 from .wrapper import CompiledGraph, CppGraph
 
@@ -31,6 +33,9 @@ def decompositions() -> Dict:
         aten.mish, aten.addcmul, aten.addcdiv, aten.lerp, aten.native_batch_norm,
         aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit_functional,
     ]))
+    # torch's decomposition of CPU flash attention returns the attention weights where the op
+    # returns the logsumexp, which the backward reads; it is also ~10x slower than the kernel.
+    del table[aten._scaled_dot_product_flash_attention_for_cpu.default]
     return table
 
 
@@ -39,16 +44,111 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
     with unset_fake_temporarily():
         inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
                   for t in example_inputs]
-    traced = _functional_trace(gm, inputs)
-    if _mutating_op(traced) is not None:
-        # Decompositions run below functionalization, so an in-place op inside one (GRU's
-        # decomposition adds in place) survives; decomposing first and then functionalising
-        # the decomposed graph removes those, leaving only genuine input mutations.
-        traced = _functional_trace(_decomposed_trace(gm, inputs), inputs)
+        stand_ins: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+        traceable = _with_stand_ins(gm, stand_ins)
+    try:
+        traced = _functional_trace(traceable, inputs)
+        if _mutating_op(traced) is not None:
+            # Decompositions run below functionalization, so an in-place op inside one (GRU's
+            # decomposition adds in place) survives; decomposing first and then functionalising
+            # the decomposed graph removes those, leaving only genuine input mutations.
+            traced = _functional_trace(_decomposed_trace(traceable, inputs), inputs)
+    except Exception:
+        # Often eager's own refusal, met in a decomposition; asked of copies, as the graph may
+        # mutate what it reads.
+        with unset_fake_temporarily():
+            check_eager_accepts(_with_stand_ins(gm, {}, copy_values=True),
+                                [_copy(t) for t in example_inputs])
+        raise
     target = _mutating_op(traced)
     if target is not None:
         raise Unsupported(f"graph mutates its inputs ({target})")
+    _restore_originals(traced, stand_ins)
+    check_eager_accepts(gm, example_inputs)
     return traced, inputs
+
+
+def _with_stand_ins(gm: torch.fx.GraphModule, stand_ins: Dict, copy_values: bool = False) -> torch.fx.GraphModule:
+    """`gm` reading stand-ins for the tensors of its modules, without touching those modules: make_fx
+    applies in-place ops to the real tensors it meets, so tracing a BatchNorm in training would
+    count `num_batches_tracked` up once per trace. Values are copied with `copy_values`, else only
+    where make_fx may read them (one-element tensors, which it propagates as constants);
+    `stand_ins` maps each stand-in back to its original."""
+    def stand_in(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        twin = _copy(value) if copy_values or value.numel() <= 1 else torch.empty_strided(
+            value.shape, value.stride(), dtype=value.dtype, device=value.device)
+        stand_ins[id(twin)] = (twin, value)
+        return twin
+
+    def stand_in_module(module: torch.nn.Module) -> torch.nn.Module:
+        twin = copy.copy(module)
+        twin._parameters = {k: stand_in(v) for k, v in module._parameters.items()}
+        twin._buffers = {k: stand_in(v) for k, v in module._buffers.items()}
+        twin._modules = {k: v if v is None else stand_in_module(v) for k, v in module._modules.items()}
+        for k, v in vars(module).items():
+            if isinstance(v, torch.Tensor):
+                object.__setattr__(twin, k, stand_in(v))
+        return twin
+
+    root: Dict[str, Any] = {}
+    for node in gm.graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            value = _fetch_attr(gm, node.target)
+            root[node.target] = stand_in_module(value) if isinstance(value, torch.nn.Module) else stand_in(value)
+    return torch.fx.GraphModule(root, copy.deepcopy(gm.graph))
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` with its strides (a fake tensor stays fake: check_eager_accepts fills it)."""
+    if isinstance(t, FakeTensor):
+        return t
+    if not is_dense(t.shape, t.stride()):  # overlapping (expanded): a copy cannot keep its strides
+        return t.detach().clone()
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t.detach())
+
+
+def _restore_originals(traced: torch.fx.GraphModule, stand_ins: Dict) -> None:
+    """Point the traced graph's constants back at the tensors the stand-ins stood for."""
+    for node in traced.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        hit = stand_ins.get(id(_fetch_attr(traced, node.target)))
+        if hit is not None:
+            parent, _, name = node.target.rpartition(".")
+            owner = _fetch_attr(traced, parent) if parent else traced
+            if name in owner._parameters:
+                owner._parameters[name] = hit[1]
+            elif name in owner._buffers:
+                owner._buffers[name] = hit[1]
+            else:
+                object.__setattr__(owner, name, hit[1])
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
+    """Run `gm` eagerly once on the example inputs (zeros for fake ones) and raise EagerRejects if
+    eager raises. Decompositions and lowerings accept what eager's kernels refuse (softmax of
+    uint8, max over an empty dim); with sizes and dtypes fixed by the guards, eager's answer for
+    these inputs is its answer for every call. The graph mutates nothing (checked by the trace);
+    random ops draw from a saved and restored generator state."""
+    with unset_fake_temporarily():
+        inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
+                  if isinstance(t, FakeTensor) else t for t in example_inputs]
+        devices = sorted({t.device.index or 0 for t in inputs if t.device.type == "cuda"})
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                gm.forward(*inputs)  # not gm(): on an error that prints the graph code to stderr
+        except Exception as e:
+            raise EagerRejects(f"{type(e).__name__}: {e}") from e
 
 
 def _functional_trace(fn, inputs) -> torch.fx.GraphModule:

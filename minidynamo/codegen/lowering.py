@@ -38,6 +38,11 @@ class Unsupported(Exception):
     """Raised by a lowering that cannot handle its arguments; the op becomes an extern call."""
 
 
+class EagerRejects(Unsupported):
+    """Eager raises on the graph's inputs, so the graph is not compiled: run eagerly, it raises
+    eager's own error."""
+
+
 @dataclass
 class Value:
     size: Tuple[int, ...]

@@ -363,6 +363,8 @@ class KernelEmitter:
             return f"({one} / ({one} + tl.exp(-{a[0]})))"
         if n == "frac":
             return f"({a[0]} - libdevice.trunc({a[0]}))"
+        if n == "sqrt" and src == torch.float64:
+            return f"tl.sqrt({a[0]})"  # sqrt_rn takes fp32 only; fp64 sqrt is correctly rounded
         if n in _CORE_MATH:
             return f"{_CORE_MATH[n]}({a[0]})"
         return f"libdevice.{_LIBDEVICE.get(n, n)}({', '.join(a)})"

@@ -7,6 +7,7 @@ and allocations (what dominates small models), and pools large buffers (see _Poo
 from __future__ import annotations
 
 import ctypes
+import logging
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -14,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
+from .. import config
 from .cpp import EmittedKernel, KernelGroup
 from .ir import Buffer, ExternNode
 from .lowering import ExternArg, GraphLowering, OutputSpec, is_dense
@@ -32,6 +34,21 @@ def _relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
     if not is_dense(buf.size, buf.stride):
         return None
     return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
+
+
+log = logging.getLogger(__name__)
+
+
+def run_eagerly_after(error: Exception, fallback: Callable, args: Sequence[Any]) -> Any:
+    """A compiled graph raised: the graph is pure, so eager runs it again and decides. If eager
+    raises too, the error is the user's and is raised as eager raises it; if not, it is ours:
+    eager's result is returned with a warning (in strict mode the error is raised)."""
+    result = fallback(*args)
+    if config.strict:
+        raise error
+    log.warning("compiled graph raised %s: %s; ran it eagerly", type(error).__name__, error,
+                exc_info=error)
+    return result
 
 
 def _materialize(env: Dict[str, Any], a: Any) -> Any:
@@ -89,6 +106,12 @@ class CompiledGraph:
         return call
 
     def __call__(self, *args: torch.Tensor) -> Any:
+        try:
+            return self._run(args)
+        except Exception as e:
+            return run_eagerly_after(e, self.fallback, args)
+
+    def _run(self, args: Sequence[torch.Tensor]) -> Any:
         env: Dict[str, Any] = dict(self.constants)
         for buf, t in zip(self.inputs, args):
             t = _relayout(t, buf)
@@ -216,7 +239,8 @@ class CppGraph(CompiledGraph):
         g: Dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
                              "_nthreads": torch.get_num_threads, "_fix_input": _fix_input,
                              "_fix_result": _fix_result, "_fallback": self.fallback,
-                             "_unflatten": tree_unflatten, "_spec": self.out_spec}
+                             "_unflatten": tree_unflatten, "_spec": self.out_spec,
+                             "_run_eagerly_after": run_eagerly_after}
         counter = [0]
 
         def const(value) -> str:
@@ -298,6 +322,9 @@ class CppGraph(CompiledGraph):
         if code is None:
             code = f"_unflatten([{', '.join(leaves)}], _spec)"
         lines.append(f"    return {code}")
+        # The body in a try block (free in CPython 3.11 until something raises).
+        lines = [lines[0], "  try:"] + ["  " + line for line in lines[1:]] + [
+            "  except Exception as e:", "    return _run_eagerly_after(e, _fallback, args)"]
         src = "\n".join(lines) + "\n"
         exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), g)
         return src, g["run"]
