@@ -120,6 +120,15 @@ TRANSFORMS = {
 
 @pytest.mark.parametrize("transform", list(TRANSFORMS))
 def test_torch_func_transform_of_compiled_function(backend, transform, monkeypatch):
+    _check_transform(backend, transform, monkeypatch)
+
+
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_torch_func_transform_with_aot_eager(transform, monkeypatch):
+    _check_transform("aot_eager", transform, monkeypatch)
+
+
+def _check_transform(backend, transform, monkeypatch):
     # jacfwd's dual tensors are views the fake-tensor conversion refuses: that frame runs
     # unconverted (an internal error, raised in strict mode), so only its result is checked.
     monkeypatch.setattr(minidynamo.config, "strict", transform != "jacfwd")
@@ -365,3 +374,81 @@ def test_ops_dtypes_and_empty_shapes_match_eager_or_raise_like_it(backend, dtype
             torch.testing.assert_close(actual, expected, equal_nan=True, msg=f"{op} {shape}")
         else:
             assert_close(actual, expected)
+
+
+# -- memory shared with inputs and between outputs ----------------------------------------------
+
+def _shares(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+ALIASING = {
+    "clone": lambda x: x.clone(),
+    "clone_of_view": lambda x: x.t().clone(),
+    "contiguous_of_transpose": lambda x: x.t().contiguous(),
+    "detach": lambda x: x.detach(),
+    "view": lambda x: x.view(-1),
+    "transpose": lambda x: x.t(),
+    "same_output_twice": lambda x: (x + 1,) * 2,
+    "output_and_its_view": lambda x: (lambda y: (y, y.view(-1)))(x * 2),
+    "output_and_its_clone": lambda x: (lambda y: (y, y.clone()))(x * 2),
+    "equal_computations": lambda x: (x * 2, x * 2),
+    "clones_of_input": lambda x: (x.clone(), x.clone()),
+}
+
+
+@pytest.mark.parametrize("case", list(ALIASING))
+def test_outputs_share_memory_with_inputs_and_each_other_as_in_eager(backend, case, strict):
+    fn = ALIASING[case]
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        compiled = graph_compiler(backend)(torch.fx.symbolic_trace(fn), [x])
+        got, want = compiled(x), fn(x)
+    got, want = (got, want) if isinstance(want, tuple) else ((got,), (want,))
+    for a, b in zip(got, want):
+        assert_close(a, b)
+    assert [_shares(a, x) for a in got] == [_shares(b, x) for b in want]
+    assert [_shares(a, c) for a in got for c in got] == [_shares(b, d) for b in want for d in want]
+
+
+INPLACE = {
+    "add_": lambda x, y: x.add_(y),
+    "setitem": lambda x, y: x.__setitem__(0, y[0]),
+    "relu_": lambda x, y: torch.relu_(x),
+    "out": lambda x, y: torch.mul(y, 2, out=x),
+    "view_mul_": lambda x, y: x.view(-1).mul_(3),
+    "copy_": lambda x, y: x.copy_(y * 2),
+}
+
+
+@pytest.mark.parametrize("case", list(INPLACE))
+def test_in_place_ops_on_inputs_are_visible_as_in_eager(backend, case):
+    op = INPLACE[case]
+
+    def fn(x, y):
+        op(x, y)
+        return x * 2 + y
+
+    torch.manual_seed(0)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    compiled = minidynamo.compile(fn, backend=backend)
+    for _ in range(2):
+        x_ref = x.clone()
+        got, want = compiled(x, y), fn(x_ref, y)
+        assert_close(got, want)
+        assert_close(x, x_ref)
+
+
+def test_compile_time_eager_check_leaves_the_random_generator_as_it_was(backend, strict):
+    def noisy(x):
+        return F.dropout(x * 2, 0.5, training=True) + torch.rand(4)
+
+    compiled = minidynamo.compile(noisy, backend=backend)
+    x = torch.randn(4)
+    with torch.no_grad():
+        for seed in range(2):  # the first call compiles (and checks eagerly), the second reuses
+            torch.manual_seed(seed)
+            got, next_got = compiled(x), torch.rand(2)
+            torch.manual_seed(seed)
+            want, next_want = noisy(x), torch.rand(2)
+            assert torch.equal(got, want) and torch.equal(next_got, next_want)

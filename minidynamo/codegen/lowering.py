@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
 from .ir import (
@@ -132,8 +133,9 @@ class GraphLowering:
         name = self.add_buffer(prefix, t.shape, t.stride(), t.dtype)
         return Strided(tuple(t.shape), t.dtype, name, tuple(t.stride()), 0)
 
-    def realize(self, v: Value, stride: Optional[Sequence[int]] = None) -> Strided:
-        """Give `v` memory. Lazy values become a PointwiseNode storing with `stride`."""
+    def realize(self, v: Value, stride: Optional[Sequence[int]] = None, fresh: bool = False) -> Strided:
+        """Give `v` memory. Lazy values become a PointwiseNode storing with `stride` (`fresh`: in a
+        buffer of its own, never one an equal computation already has)."""
         if isinstance(v, Strided):
             return v
         size = v.size
@@ -145,7 +147,7 @@ class GraphLowering:
             idx[d] = Index.var(outer_var(k))
         body = v.load(tuple(idx))
         key = ("pw", size, stride, body)
-        name = self._cse.get(key)
+        name = None if fresh else self._cse.get(key)
         if name is None:
             store = Index()
             for d in order:
@@ -284,7 +286,12 @@ class GraphLowering:
         return self.extern(node, args, kwargs)
 
     def lower_outputs(self, outs) -> None:
+        """Outputs share memory with inputs, constants and each other exactly where eager's do:
+        a buffer is handed out again only for the storage (of the traced fake tensors) that first
+        claimed it; a clone of an input, or two equal computations, get copies of their own."""
         out_nodes, self.out_spec = tree_flatten(outs)
+        owners = {self.env[n].buffer: _storage_key(n) for n in self.gm.graph.nodes
+                  if n.op in ("placeholder", "get_attr") and isinstance(self.env.get(n), Strided)}
         for n in out_nodes:
             v = self.env[n] if isinstance(n, torch.fx.Node) else n
             if not isinstance(v, Value):
@@ -295,6 +302,10 @@ class GraphLowering:
             if stride is not None and not is_dense(v.size, stride):
                 stride = None
             s = self.realize(v, stride)
+            key = _storage_key(n)
+            if owners.setdefault(s.buffer, key) != key:
+                s = self.realize(Lazy(s.size, s.dtype, s.load), stride, fresh=True)
+                owners[s.buffer] = key
             self.outputs.append(OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset))
 
 
@@ -350,6 +361,14 @@ def _unreduce(idx: Tuple[Index, ...], nd: int, dims: Sequence[int], keepdim: boo
         return idx
     it = iter(idx)
     return tuple(Index() if d in dims else next(it) for d in range(nd))
+
+
+def _storage_key(node: torch.fx.Node) -> Any:
+    """What identifies the storage of a traced value (its fake tensor's), or the node itself."""
+    meta = node.meta.get("val")
+    if isinstance(meta, torch.Tensor):
+        return StorageWeakRef(meta.untyped_storage())
+    return node
 
 
 def _fetch_attr(gm: torch.nn.Module, target: str):
