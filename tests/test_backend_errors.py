@@ -17,7 +17,7 @@ import minidynamo.config
 from minidynamo.backends import lookup_backend
 from minidynamo.exc import BackendCompilerFailed
 from test_codegen_backends import BACKENDS, graph_compiler  # noqa: F401  (backend fixture below)
-from test_cpp_backend import assert_close
+from test_cpp_backend import Batch, assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -452,3 +452,77 @@ def test_compile_time_eager_check_leaves_the_random_generator_as_it_was(backend,
             torch.manual_seed(seed)
             want, next_want = noisy(x), torch.rand(2)
             assert torch.equal(got, want) and torch.equal(next_got, next_want)
+
+
+# -- edge values: NaN, infinities, integer wrap-around, bool arithmetic, 0-dim tensors ----------
+
+_NAN = float("nan")
+EDGE_INPUTS = (
+    torch.tensor([[1.0, _NAN, -2.0, 0.5], [_NAN, _NAN, 3.0, -1.0]]),  # f: NaN rows and columns
+    torch.tensor([100.0, -1000.0, -0.0, 0.0]),  # big: overflow of exp, signed zeros
+    torch.tensor([-2 ** 63, 5, -7, 2 ** 40]),  # i64: the minimum, a large value
+    torch.tensor([-128, 3, 127, -5], dtype=torch.int8),
+    torch.tensor([200, 3, 0, 255], dtype=torch.uint8),
+    torch.tensor([True, False, True, True]),
+    torch.tensor(2.5),  # 0-dim
+)
+EDGE_OPS = {
+    "amax_nan": lambda f, big, i64, i8, u8, b, s: f.amax(-1),
+    "max_dim_nan": lambda f, big, i64, i8, u8, b, s: f.max(-1).values,
+    "argmax_nan": lambda f, big, i64, i8, u8, b, s: f.argmax(-1),
+    "argmin_nan": lambda f, big, i64, i8, u8, b, s: f.argmin(0),
+    "min_all_nan": lambda f, big, i64, i8, u8, b, s: f.min(),
+    "maximum_nan": lambda f, big, i64, i8, u8, b, s: torch.maximum(f, f.flip(-1)),
+    "fmax_nan": lambda f, big, i64, i8, u8, b, s: torch.fmax(f, f.flip(-1)),
+    "clamp_nan": lambda f, big, i64, i8, u8, b, s: f.clamp(-1.0, 0.7),
+    "clamp_nan_bound": lambda f, big, i64, i8, u8, b, s: f.clamp(min=f.flip(0)),
+    "relu_nan": lambda f, big, i64, i8, u8, b, s: f.relu(),
+    "hardtanh_nan": lambda f, big, i64, i8, u8, b, s: F.hardtanh(f),
+    "sign_nan": lambda f, big, i64, i8, u8, b, s: f.sign(),
+    "where_nan": lambda f, big, i64, i8, u8, b, s: torch.where(f > 0, f, -f),
+    "exp_big": lambda f, big, i64, i8, u8, b, s: big.exp(),
+    "tanh_big": lambda f, big, i64, i8, u8, b, s: big.tanh(),
+    "sigmoid_big": lambda f, big, i64, i8, u8, b, s: big.sigmoid(),
+    "softmax_big": lambda f, big, i64, i8, u8, b, s: big.softmax(0),
+    "log_signed_zero": lambda f, big, i64, i8, u8, b, s: big.log(),
+    "div_by_signed_zero": lambda f, big, i64, i8, u8, b, s: 1.0 / big,
+    "floordiv_float": lambda f, big, i64, i8, u8, b, s: big // 3.0,
+    "remainder_float": lambda f, big, i64, i8, u8, b, s: big % -2.5,
+    "round_half_even": lambda f, big, i64, i8, u8, b, s: (big / 200 + 0.5).round(),
+    "to_int": lambda f, big, i64, i8, u8, b, s: (big / 7).to(torch.int32),
+    "to_bool": lambda f, big, i64, i8, u8, b, s: f.bool(),
+    "i64_neg_min": lambda f, big, i64, i8, u8, b, s: -i64,
+    "i64_abs_min": lambda f, big, i64, i8, u8, b, s: i64.abs(),
+    "i64_floordiv_neg": lambda f, big, i64, i8, u8, b, s: i64 // -3,
+    "i64_remainder_neg": lambda f, big, i64, i8, u8, b, s: i64 % -3,
+    "i64_fmod": lambda f, big, i64, i8, u8, b, s: torch.fmod(i64, 3),
+    "i64_square_wraps": lambda f, big, i64, i8, u8, b, s: i64 ** 2,
+    "i64_sum_wraps": lambda f, big, i64, i8, u8, b, s: i64.sum(),
+    "i8_wraps": lambda f, big, i64, i8, u8, b, s: i8 * 3 + 100,
+    "i8_neg_min": lambda f, big, i64, i8, u8, b, s: -i8,
+    "i8_sum_promotes": lambda f, big, i64, i8, u8, b, s: i8.sum(),
+    "u8_wraps": lambda f, big, i64, i8, u8, b, s: u8 * 100 + u8,
+    "u8_sub_wraps": lambda f, big, i64, i8, u8, b, s: u8 - 201,
+    "u8_to_i8": lambda f, big, i64, i8, u8, b, s: u8.to(torch.int8),
+    "i64_to_i8": lambda f, big, i64, i8, u8, b, s: i64.to(torch.int8),
+    "bool_add": lambda f, big, i64, i8, u8, b, s: b + b,
+    "bool_mul_int": lambda f, big, i64, i8, u8, b, s: b * 3,
+    "bool_add_true": lambda f, big, i64, i8, u8, b, s: b + True,
+    "bool_sum": lambda f, big, i64, i8, u8, b, s: b.sum(),
+    "bool_prod": lambda f, big, i64, i8, u8, b, s: b.prod(),
+    "bool_max": lambda f, big, i64, i8, u8, b, s: b.amax(),
+    "bool_and_float": lambda f, big, i64, i8, u8, b, s: b & (big > 0),
+    "scalar_tensor_add": lambda f, big, i64, i8, u8, b, s: s + big,
+    "scalar_tensor_sum": lambda f, big, i64, i8, u8, b, s: s.sum(),
+    "scalar_tensor_max": lambda f, big, i64, i8, u8, b, s: s.amax(),
+    "scalar_tensor_softmax": lambda f, big, i64, i8, u8, b, s: s.softmax(0),
+    "scalar_times_int": lambda f, big, i64, i8, u8, b, s: s * i8,
+}
+
+
+def test_edge_values_match_eager(backend, strict):
+    batch = Batch(EDGE_OPS, *EDGE_INPUTS, compile=graph_compiler(backend))
+    for name in EDGE_OPS:
+        actual, expected = batch.results[name], batch.expected[name]
+        assert actual.dtype == expected.dtype and actual.shape == expected.shape, name
+        assert_close(actual, expected)  # NaN where eager has NaN; integers exact

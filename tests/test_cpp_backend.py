@@ -673,3 +673,16 @@ def test_long_row_reductions_touch_the_page_after_next():
     g = compile_fn(lambda y: y.sum(-1), y)
     assert_close(g(y), y.sum(-1))
     assert "__builtin_prefetch" not in g.source[g.source.index("void kernel0("):]
+
+
+@pytest.mark.parametrize("shape", [(4,), (6, 40), (3, 2000)])
+def test_softmax_row_is_not_spilled_into_another_output_of_its_loop(shape):
+    """softmax keeps exp(x - max) in its output row between passes; another output stored in the
+    same loop (before softmax's own store) must not be chosen as that row, or it overwrites the
+    exp values before they are scaled. (The scalar's softmax puts `other` in the last loop.)"""
+    ops = {"scalar_softmax": lambda x, i, s: s.softmax(0), "other": lambda x, i, s: s * i,
+           "softmax": lambda x, i, s: x.softmax(-1)}
+    batch = Batch(ops, torch.randn(shape) * 4, torch.randint(-9, 9, shape, dtype=torch.int8),
+                  torch.tensor(2.5))
+    for name in ops:
+        batch.check(name)

@@ -304,7 +304,9 @@ class KernelEmitter:
         """Where the spilled row can live instead of a stack array: the kernel's output row that
         the (single) later stage stores element by element at the same positions (softmax writes
         exp(x - max) there, then scales it in place). Its stores then overlap the exp pass's
-        compute instead of stalling a store-only pass; returns (buffer, row offset)."""
+        compute instead of stalling a store-only pass; returns (buffer, row offset). Only the
+        stage's last node reading the row qualifies: it stores each element after every read of
+        it, where another output of the stage would overwrite elements still to be read."""
         if len(later) != 1:
             return None
         stage = self.k.stages[next(iter(later))]
@@ -312,7 +314,8 @@ class KernelEmitter:
         used = set(self.spill_into.values())
         loaded = {n.buffer for st in self.k.stages for kn in st.nodes for n in kn.body.walk()
                   if isinstance(n, Load)}
-        for kn in stage.nodes:
+        readers = [kn for kn in stage.nodes if any(x == e for x in kn.body.walk())]
+        for kn in readers[-1:]:
             if kn.is_reduction or kn.name not in self.k.stored or kn.name in loaded \
                     or self.buffers[kn.name].dtype != e.dtype:
                 continue
