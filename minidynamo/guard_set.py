@@ -17,6 +17,7 @@ from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
 from .guards import CheckFunction, Guard, GuardKind, NotExpressible, code_for, detach_value, reason_for, render_source
+from .variables.nn_module import module_table_of
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
                      ModuleGlobalsSource, Source)
 
@@ -71,10 +72,9 @@ class GuardSetBuilder:
             return (_C.ACC_CONST, -1, source.namespace, 0)
         if isinstance(source, AttrSource):
             base = self.value_of(source.base)
-            if isinstance(base, torch.nn.Module):  # read the module's dicts, not nn.Module.__getattr__
-                for table in ("_parameters", "_buffers", "_modules"):
-                    if source.member in getattr(base, table):
-                        return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, table)), source.member, 0)
+            table = module_table_of(base, source.member) if isinstance(base, torch.nn.Module) else None
+            if table is not None:  # read the module's dict, not through nn.Module.__getattr__
+                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, table)), source.member, 0)
             return (_C.ACC_ATTR, self.accessor(source.base), source.member, 0)
         if isinstance(source, CellContentsSource):
             return (_C.ACC_ATTR, self.accessor(source.base), "cell_contents", 0)
@@ -86,6 +86,8 @@ class GuardSetBuilder:
             if isinstance(base, (torch.nn.ModuleList, torch.nn.Sequential)) and isinstance(source.index, int):
                 key = list(base._modules)[source.index]  # the dict entry, not the Python __getitem__
                 return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, "_modules")), key, 0)
+            if isinstance(base, torch.nn.ModuleDict) and isinstance(source.index, str):
+                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, "_modules")), source.index, 0)
             return (_C.ACC_ITEM, self.accessor(source.base), source.index, 0)
         raise NotExpressible(type(source).__name__)
 

@@ -173,14 +173,27 @@ class OutputGraph:
     def register_module_tensor(
         self, tx, module: torch.nn.Module, attr: str, tensor: torch.Tensor, module_source: Optional[Source]
     ) -> TensorVariable:
-        """A parameter or buffer, read in the graph through the module that owns it."""
+        """A parameter or buffer, read in the graph through the module that owns it. The graph holds
+        the tensor object itself: guarded by identity (a replaced tensor is not seen otherwise) and
+        by its properties (`.data =` and `requires_grad_` change them in place)."""
+        source = module_source and AttrSource(module_source, attr)
+        known = self._inputs_by_id.get(id(tensor))
+        if known is not None and (source is None or known.source is not None):
+            if source is not None and known.source != source:  # tied weights, or a tensor also passed in
+                self.add_guard(Guard(source, GuardKind.ALIAS_OF, known.source))
+            return known
+        if source is not None:
+            self.add_guard(Guard(source, GuardKind.ID_MATCH, tensor))
+            self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, tensor))
         key = self._module_keys.get(id(module))
         if key is None:
             key = f"m{len(self._module_keys)}_{_node_name(type(module).__name__)}"
             self._module_keys[id(module)] = key
             self.root.add_module(key, module)
         node = self.graph.get_attr(f"{key}.{attr}")
-        return TensorVariable(node, self.to_fake(tx, tensor), module_source and AttrSource(module_source, attr))
+        variable = TensorVariable(node, self.to_fake(tx, tensor), source)
+        self._inputs_by_id[id(tensor)] = variable
+        return variable
 
     # ---- recording ops ----
 

@@ -1,28 +1,58 @@
-"""nn.Module instances: parameters and buffers become graph attributes, forward is inlined."""
+"""nn.Module instances: attributes read in Python's lookup order with a guard on each fact the
+lookup relied on; parameters and buffers become graph attributes; forward is inlined."""
 from __future__ import annotations
 
-import inspect
 import types
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+from torch.nn.modules import module as module_impl
 
 from ..exc import unimplemented
+from ..guards import Guard, GuardKind
 from ..source import AttrSource, GetItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import ListIteratorVariable, TupleVariable
 
+_MISSING = object()
+# Module.__getattr__ searches these instance dicts, in this order, when Python's lookup finds nothing.
+_TABLES = ("_parameters", "_buffers", "_modules")
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                      "_global_backward_pre_hooks")
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
+_LIST_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential)
 
-def _has_hooks(module: torch.nn.Module) -> bool:
-    from torch.nn.modules import module as module_impl
 
-    return bool(
-        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-        or getattr(module, "_backward_pre_hooks", None)
-        or module_impl._global_forward_hooks or module_impl._global_forward_pre_hooks
-        or module_impl._global_backward_hooks
-    )
+def class_attribute(cls: type, name: str) -> Any:
+    """`name` as found along `cls.__mro__` (unbound, no descriptor called), or _MISSING."""
+    for base in cls.__mro__:
+        if name in base.__dict__:
+            return base.__dict__[name]
+    return _MISSING
+
+
+def _is_data_descriptor(value: Any) -> bool:
+    return hasattr(type(value), "__set__") or hasattr(type(value), "__delete__")
+
+
+def module_table_of(module: torch.nn.Module, name: str) -> Optional[str]:
+    """The table (_parameters, _buffers or _modules) that `module.name` reads from, or None when
+    Python answers before Module.__getattr__ (a class attribute, the instance __dict__), when the
+    class has its own __getattr__, or when no table has `name`."""
+    cls = type(module)
+    if class_attribute(cls, name) is not _MISSING or name in module.__dict__:
+        return None
+    if class_attribute(cls, "__getattr__") is not torch.nn.Module.__getattr__:
+        return None
+    return next((table for table in _TABLES if name in module.__dict__.get(table, ())), None)
+
+
+def _is_torch_method(module: torch.nn.Module, name: str, owners: Tuple[type, ...]) -> bool:
+    """Whether `module.name` is the method `name` of one of `owners` (not overridden, not shadowed)."""
+    found = class_attribute(type(module), name)
+    return name not in module.__dict__ and any(found is owner.__dict__.get(name) for owner in owners)
 
 
 class NNModuleVariable(VariableTracker):
@@ -39,10 +69,33 @@ class NNModuleVariable(VariableTracker):
     def describe(self) -> str:
         return f"module {type(self.module).__name__}"
 
-    def _child(self, tx, name: str, value: Any, source) -> VariableTracker:
+    # ---- guards on the module's own dicts ----
+
+    def _guard(self, tx, member: str, kind: GuardKind, value: Any) -> None:
+        if self.source is not None:
+            tx.output.add_guard(Guard(AttrSource(self.source, member), kind, value))
+
+    def _guard_absent(self, tx, table: str, name: str) -> None:
+        """Guard that `name` stays out of the instance dict `table` (`__dict__` or a Module table)."""
+        self._guard(tx, table, GuardKind.DICT_CONTAINS, (name, False))
+
+    def _guard_keys(self, tx, table: str) -> None:
+        entries = getattr(self.module, table)
+        if type(entries) is dict:
+            self._guard(tx, table, GuardKind.DICT_KEYS, entries)
+            return
+        # An OrderedDict (Sequential.__delitem__ makes one), which the keys guard does not take:
+        # its length and each key. Only a reorder in place (move_to_end) goes unseen.
+        self._guard(tx, table, GuardKind.LIST_LENGTH, entries)
+        for key in entries:
+            self._guard(tx, table, GuardKind.DICT_CONTAINS, (key, True))
+
+    def _child(self, tx, value: Any, source) -> VariableTracker:
         from .builder import VariableBuilder
 
         return VariableBuilder(tx, source)(value)
+
+    # ---- attributes ----
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if self.source is None or name in self.module._parameters or name in self.module._modules:
@@ -50,94 +103,181 @@ class NNModuleVariable(VariableTracker):
         tx.output.side_effects.store_attr(self, self.module, name, value)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        """`module.name` as Python finds it: a class data descriptor, the instance __dict__, another
+        class attribute, then Module.__getattr__ (_parameters, _buffers, _modules)."""
         pending = tx.output.side_effects.pending_attr(self.module, name)
         if pending is not None:
             return pending
-        module = self.module
+        module, cls = self.module, type(self.module)
         source = self.source and AttrSource(self.source, name)
-        if name in module._parameters or name in module._buffers:
-            tensor = module._parameters.get(name, module._buffers.get(name))
-            if tensor is None:
-                return ConstantVariable(None)
-            return tx.output.register_module_tensor(tx, module, name, tensor, self.source)
-        if name in module._modules:
-            return self._child(tx, name, module._modules[name], source)
-        if name in module.__dict__:
-            return self._child(tx, name, module.__dict__[name], source)
         if name == "__class__":
             from .user_defined import UserDefinedClassVariable
 
-            return UserDefinedClassVariable(type(module))
+            return UserDefinedClassVariable(cls)
+        static = class_attribute(cls, name)
+        if static is not _MISSING and _is_data_descriptor(static):
+            return self._class_attribute(tx, name, source)
+        if name in module.__dict__:  # read through getattr: its guards see what Python sees
+            return self._child(tx, module.__dict__[name], source)
+        self._guard_absent(tx, "__dict__", name)
+        if static is not _MISSING:
+            return self._class_attribute(tx, name, source)
+        table = module_table_of(module, name)
+        if table is None:
+            unimplemented(f"{cls.__name__} has no attribute '{name}' (or a __getattr__ of its own)")
+        return self._table_entry(tx, table, name)
+
+    def _class_attribute(self, tx, name: str, source) -> VariableTracker:
         from .user_defined import lookup_class_attribute
 
-        if inspect.getattr_static(type(module), name, None) is None:
-            unimplemented(f"{type(module).__name__} has no attribute '{name}'")
-        return lookup_class_attribute(tx, self, type(module), name, source)
+        return lookup_class_attribute(tx, self, type(self.module), name, source)
+
+    def _table_entry(self, tx, table: str, name: str) -> VariableTracker:
+        """`getattr(module, table)[name]`, known to be what `module.name` reads."""
+        for earlier in _TABLES[:_TABLES.index(table)]:
+            self._guard_absent(tx, earlier, name)
+        value = getattr(self.module, table)[name]
+        if table == "_modules" or value is None:
+            return self._child(tx, value, self.source and AttrSource(self.source, name))
+        return tx.output.register_module_tensor(tx, self.module, name, value, self.source)
+
+    # ---- calls ----
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        module = self.module
-        if _has_hooks(module):
-            unimplemented(f"calling {type(module).__name__} with hooks registered")
-        forward = inspect.getattr_static(type(module), "forward", None)
-        if not isinstance(forward, types.FunctionType):
-            unimplemented(f"{type(module).__name__}.forward is not a Python function")
+        """`module(*args)`: the class's __call__; nn.Module's runs `self.forward` when there are no hooks."""
         from .functions import UserMethodVariable
 
-        return UserMethodVariable(forward, self).call_function(tx, args, kwargs)
+        call = class_attribute(type(self.module), "__call__")
+        if call is not torch.nn.Module.__call__:
+            if not isinstance(call, types.FunctionType):
+                unimplemented(f"{type(self.module).__name__}.__call__ is not a Python function")
+            return UserMethodVariable(call, self).call_function(tx, args, kwargs)
+        self._guard_no_hooks(tx)
+        return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
 
-    def _descendant(self, tx, qualified_name: str) -> VariableTracker:
-        value: VariableTracker = self
-        for part in filter(None, qualified_name.split(".")):
-            value = value.var_getattr(tx, part)
-        return value
+    def _guard_no_hooks(self, tx) -> None:
+        module = self.module
+        hooks = [getattr(module, name) for name in _HOOK_DICTS] + [vars(module_impl)[name] for name in _GLOBAL_HOOK_DICTS]
+        if any(hooks) or getattr(module, "_compiled_call_impl", None) is not None:
+            unimplemented(f"calling {type(module).__name__} with hooks registered")
+        for name in _HOOK_DICTS:
+            self._guard(tx, name, GuardKind.LIST_LENGTH, getattr(module, name))
+        namespace = tx.output_globals_source(vars(module_impl), None)
+        for name in _GLOBAL_HOOK_DICTS:
+            tx.output.add_guard(Guard(GetItemSource(namespace, name), GuardKind.LIST_LENGTH, vars(module_impl)[name]))
+
+    # ---- containers ----
 
     def has_unpack_var_sequence(self, tx) -> bool:
-        return isinstance(self.module, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict))
+        return _is_torch_method(self.module, "__iter__", _CONTAINERS)
 
     def unpack_var_sequence(self, tx) -> List[VariableTracker]:
-        if isinstance(self.module, torch.nn.ModuleDict):
-            return [ConstantVariable(k) for k in self.module.keys()]
         if not self.has_unpack_var_sequence(tx):
-            unimplemented(f"iterating over {type(self.module).__name__}")
+            from .user_defined import iterate_object
+
+            return iterate_object(tx, self, type(self.module))
+        self._guard_keys(tx, "_modules")
+        if isinstance(self.module, torch.nn.ModuleDict):
+            return [ConstantVariable(k) for k in self.module._modules]
         return [self.getitem(tx, i) for i in range(len(self.module))]
 
     def getitem(self, tx, index: Any) -> VariableTracker:
-        module = self.module
         if isinstance(index, slice):
             unimplemented("slicing a module container")
-        value = module[index]
-        return self._child(tx, str(index), value, self.source and GetItemSource(self.source, index))
+        if isinstance(self.module, _LIST_CONTAINERS):  # an index names the entry at that position
+            self._guard_keys(tx, "_modules")
+        value = self.module[index]
+        return self._child(tx, value, self.source and GetItemSource(self.source, index))
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         module = self.module
-        if name == "__getitem__" and len(args) == 1:
+        if name == "__getitem__" and len(args) == 1 and _is_torch_method(module, name, _CONTAINERS):
             return self.getitem(tx, args[0].as_python_constant())
-        if name == "__len__":
+        if name == "__len__" and not args and _is_torch_method(module, name, _CONTAINERS):
+            self._guard_keys(tx, "_modules")
             return ConstantVariable(len(module))
-        if name in ("keys", "values", "items") and isinstance(module, torch.nn.ModuleDict):
-            keys = list(module.keys())
-            if name == "keys":
-                return ListIteratorVariable([ConstantVariable(k) for k in keys])
-            values = [self.getitem(tx, k) for k in keys]
-            if name == "values":
-                return ListIteratorVariable(values)
-            return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in zip(keys, values)])
-        if name in ("parameters", "buffers") and not args:
-            owner = module.named_parameters() if name == "parameters" else module.named_buffers()
-            items = []
-            for qualified, _ in owner:
-                value: VariableTracker = self
-                for part in qualified.split("."):
-                    value = value.var_getattr(tx, part)
-                items.append(value)
-            return ListIteratorVariable(items)
-        if name == "children" and not args:
-            return ListIteratorVariable([self.var_getattr(tx, n) for n in module._modules])
-        if name in ("modules", "named_modules") and not args and not kwargs:
-            found = [(qualified, self._descendant(tx, qualified)) for qualified, _ in module.named_modules()]
-            if name == "modules":
-                return ListIteratorVariable([vt for _, vt in found])
-            return ListIteratorVariable([TupleVariable([ConstantVariable(q), vt]) for q, vt in found])
-        if name == "forward":
-            return self.call_function(tx, args, kwargs)
+        if name in ("keys", "values", "items") and not args and _is_torch_method(module, name, (torch.nn.ModuleDict,)):
+            self._guard_absent(tx, "__dict__", name)
+            return self._dict_view(tx, name)
+        if name in _TREE_METHODS and not args and not kwargs and _is_torch_method(module, name, (torch.nn.Module,)):
+            self._guard_absent(tx, "__dict__", name)
+            return ListIteratorVariable(_TREE_METHODS[name](self, tx))
         return super().call_method(tx, name, args, kwargs)
+
+    def _dict_view(self, tx, name: str) -> VariableTracker:
+        self._guard_keys(tx, "_modules")
+        keys = list(self.module._modules)
+        if name == "keys":
+            return ListIteratorVariable([ConstantVariable(k) for k in keys])
+        values = [self.getitem(tx, k) for k in keys]
+        if name == "values":
+            return ListIteratorVariable(values)
+        return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in zip(keys, values)])
+
+    # ---- the module tree (children, modules, parameters, buffers) ----
+
+    def _children(self, tx) -> List[Tuple[str, VariableTracker]]:
+        """Every entry of `_modules` (None included), each read with its guards."""
+        self._guard_keys(tx, "_modules")
+        return [(name, self._entry_of(tx, "_modules", name)) for name in self.module._modules]
+
+    def _unique_children(self, tx) -> List[Tuple[str, "NNModuleVariable"]]:
+        """`named_children()`: each submodule once, under its first name."""
+        unique: Dict[int, Tuple[str, NNModuleVariable]] = {}
+        for name, child in self._children(tx):
+            if isinstance(child, NNModuleVariable):
+                unique.setdefault(id(child.module), (name, child))
+        return list(unique.values())
+
+    def _entry_of(self, tx, table: str, name: str) -> VariableTracker:
+        if module_table_of(self.module, name) != table:
+            unimplemented(f"{type(self.module).__name__}.{name} is shadowed by another attribute")
+        self._guard_absent(tx, "__dict__", name)
+        return self._table_entry(tx, table, name)
+
+    def _named_modules(self, tx) -> List[Tuple[str, "NNModuleVariable"]]:
+        """`named_modules()`: each module once, in torch's order; every path to it is read (and
+        guarded), so a module shared today and not tomorrow is seen."""
+        found: List[Tuple[str, NNModuleVariable]] = []
+        seen = set()
+
+        def visit(prefix: str, vt: NNModuleVariable) -> None:
+            if id(vt.module) in seen:
+                return
+            seen.add(id(vt.module))
+            found.append((prefix, vt))
+            for name, child in vt._children(tx):
+                if isinstance(child, NNModuleVariable):
+                    visit(f"{prefix}.{name}" if prefix else name, child)
+
+        visit("", self)
+        return found
+
+    def _named_tensors(self, tx, table: str) -> List[Tuple[str, VariableTracker]]:
+        """`named_parameters()` / `named_buffers()`: each tensor once, every entry read and guarded."""
+        found, seen = [], set()
+        for prefix, vt in self._named_modules(tx):
+            vt._guard_keys(tx, table)
+            for name, value in getattr(vt.module, table).items():
+                entry = vt._entry_of(tx, table, name)
+                if value is None or id(value) in seen:
+                    continue
+                seen.add(id(value))
+                found.append((f"{prefix}.{name}" if prefix else name, entry))
+        return found
+
+
+def _pairs(items: List[Tuple[str, VariableTracker]]) -> List[VariableTracker]:
+    return [TupleVariable([ConstantVariable(name), vt]) for name, vt in items]
+
+
+_TREE_METHODS = {
+    "parameters": lambda vt, tx: [v for _, v in vt._named_tensors(tx, "_parameters")],
+    "named_parameters": lambda vt, tx: _pairs(vt._named_tensors(tx, "_parameters")),
+    "buffers": lambda vt, tx: [v for _, v in vt._named_tensors(tx, "_buffers")],
+    "named_buffers": lambda vt, tx: _pairs(vt._named_tensors(tx, "_buffers")),
+    "children": lambda vt, tx: [v for _, v in vt._unique_children(tx)],
+    "named_children": lambda vt, tx: _pairs(vt._unique_children(tx)),
+    "modules": lambda vt, tx: [v for _, v in vt._named_modules(tx)],
+    "named_modules": lambda vt, tx: _pairs(vt._named_modules(tx)),
+}
