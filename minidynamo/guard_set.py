@@ -17,7 +17,7 @@ from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
 from .guards import CheckFunction, Guard, GuardKind, NotExpressible, code_for, detach_value, reason_for, render_source
-from .variables.nn_module import module_table_of
+from .variables.nn_module import module_attribute_home
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
                      ModuleGlobalsSource, Source)
 
@@ -72,9 +72,9 @@ class GuardSetBuilder:
             return (_C.ACC_CONST, -1, source.namespace, 0)
         if isinstance(source, AttrSource):
             base = self.value_of(source.base)
-            table = module_table_of(base, source.member) if isinstance(base, torch.nn.Module) else None
-            if table is not None:  # read the module's dict, not through nn.Module.__getattr__
-                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, table)), source.member, 0)
+            home = module_attribute_home(base, source.member) if isinstance(base, torch.nn.Module) else None
+            if home is not None:  # an item of the dict Python reads it from, not a getattr through the class
+                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, home)), source.member, 0)
             return (_C.ACC_ATTR, self.accessor(source.base), source.member, 0)
         if isinstance(source, CellContentsSource):
             return (_C.ACC_ATTR, self.accessor(source.base), "cell_contents", 0)

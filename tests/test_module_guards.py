@@ -335,6 +335,7 @@ ATTRIBUTE_CHANGES = {
     "nested_submodule": _set("inner.0", lambda: nn.Linear(4, 4)),
     "submodule_forward_on_instance": lambda m: setattr(m.proj, "forward", lambda x: x * 10),
     "method_on_instance": lambda m: setattr(m, "helper", lambda x: x - 1),
+    "forward_on_instance": lambda m: setattr(m, "forward", lambda x: x * 5),
 }
 
 

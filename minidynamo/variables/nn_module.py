@@ -37,14 +37,15 @@ def _is_data_descriptor(value: Any) -> bool:
     return hasattr(type(value), "__set__") or hasattr(type(value), "__delete__")
 
 
-def module_table_of(module: torch.nn.Module, name: str) -> Optional[str]:
-    """The table (_parameters, _buffers or _modules) that `module.name` reads from, or None when
-    Python answers before Module.__getattr__ (a class attribute, the instance __dict__), when the
-    class has its own __getattr__, or when no table has `name`."""
+def module_attribute_home(module: torch.nn.Module, name: str) -> Optional[str]:
+    """Which dict of `module` Python's lookup of `module.name` answers from: "__dict__" (no class
+    data descriptor shadows it), else the table (_parameters, _buffers, _modules) Module.__getattr__
+    finds it in when no class attribute does; None otherwise (read through getattr)."""
     cls = type(module)
-    if class_attribute(cls, name) is not _MISSING or name in module.__dict__:
-        return None
-    if class_attribute(cls, "__getattr__") is not torch.nn.Module.__getattr__:
+    static = class_attribute(cls, name)
+    if name in module.__dict__:
+        return None if static is not _MISSING and _is_data_descriptor(static) else "__dict__"
+    if static is not _MISSING or class_attribute(cls, "__getattr__") is not torch.nn.Module.__getattr__:
         return None
     return next((table for table in _TABLES if name in module.__dict__.get(table, ())), None)
 
@@ -122,7 +123,7 @@ class NNModuleVariable(VariableTracker):
         self._guard_absent(tx, "__dict__", name)
         if static is not _MISSING:
             return self._class_attribute(tx, name, source)
-        table = module_table_of(module, name)
+        table = module_attribute_home(module, name)
         if table is None:
             unimplemented(f"{cls.__name__} has no attribute '{name}' (or a __getattr__ of its own)")
         return self._table_entry(tx, table, name)
@@ -230,7 +231,7 @@ class NNModuleVariable(VariableTracker):
         return list(unique.values())
 
     def _entry_of(self, tx, table: str, name: str) -> VariableTracker:
-        if module_table_of(self.module, name) != table:
+        if module_attribute_home(self.module, name) != table:
             unimplemented(f"{type(self.module).__name__}.{name} is shadowed by another attribute")
         self._guard_absent(tx, "__dict__", name)
         return self._table_entry(tx, table, name)
