@@ -118,7 +118,7 @@ class NNModuleVariable(VariableTracker):
         static = class_attribute(cls, name)
         if static is not _MISSING and _is_data_descriptor(static):
             return self._class_attribute(tx, name, source)
-        if name in module.__dict__:  # read through getattr: its guards see what Python sees
+        if name in module.__dict__:  # its guards read this __dict__ entry (see module_attribute_home)
             return self._child(tx, module.__dict__[name], source)
         self._guard_absent(tx, "__dict__", name)
         if static is not _MISSING:
