@@ -329,8 +329,10 @@ class ListLength(KindRule):
         key = (guard.name, "len", type(value), len(value))
         b.item(b.check(key, _C.CHK_LEN, type(value), length=len(value)), b.accessor(guard.source))
 
-    def detach(self, value: Any) -> Any:
-        return type(value)([None] * len(value))  # the type and length seen when compiling, not the items
+    def detach(self, value: Any) -> Any:  # the type and length seen when compiling, not the items
+        if isinstance(value, dict):  # an OrderedDict (nn.Module hooks, Sequential's _modules after a del)
+            return type(value).fromkeys(range(len(value)))
+        return type(value)([None] * len(value))
 
 
 @rule(GuardKind.DICT_KEYS)
