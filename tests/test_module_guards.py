@@ -395,6 +395,49 @@ def test_instance_dict_entry_shadowing_the_class_method_is_seen():
                  recompiles=True)
 
 
+class Probe(nn.Module):
+    """Branches on hasattr and getattr with a default, for attributes in each of the module's dicts."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.lin(x) * getattr(self, "scale", 1.0)
+        if hasattr(self, "extra"):
+            y = y + self.extra
+        return y
+
+
+HASATTR_CHANGES = {
+    "attribute_added": _set("extra", lambda: 2.0),
+    "buffer_added": lambda m: m.register_buffer("extra", torch.ones(4)),
+    "parameter_added": lambda m: m.register_parameter("extra", nn.Parameter(torch.ones(4))),
+    "submodule_added": _set("extra", lambda: nn.Identity()),  # `y + module` raises, in both
+    "default_replaced": _set("scale", lambda: 3.0),
+    "attribute_removed": lambda m: (setattr(m, "extra", 2.0), m.__call__(x4()), delattr(m, "extra")),
+}
+
+
+@pytest.mark.parametrize("name", list(HASATTR_CHANGES))
+def test_hasattr_and_getattr_default_see_changes(name):
+    check_change(Probe, HASATTR_CHANGES[name], x4(), recompiles=None)
+
+
+def test_attribute_counter_stored_by_the_compiled_call():
+    """`self.count = getattr(self, "count", 0) + 1`: every call sees the previous call's store."""
+    class Count(nn.Module):
+        def forward(self, x):
+            self.count = getattr(self, "count", 0) + 1
+            return x * self.count
+
+    module, twin, x = Count(), Count(), x4()
+    compiled = compile_module(module, CompileCounter())
+    for i in range(4):
+        assert_equal(compiled(x), twin(x), f"call {i}")
+        assert module.count == twin.count == i + 1
+
+
 # ---------------------------------------------------------------------------------------------
 # parameters() and friends
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .lists import BaseListVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable
+from .nn_module import NNModuleVariable
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 
@@ -417,6 +418,8 @@ def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     identity = _identity_of(obj)
     if identity is not None and tx.output.side_effects.pending_attr(identity, name) is not None:
         return True
+    if isinstance(obj, NNModuleVariable):
+        return obj.has_attribute(tx, name)
     if identity is not None:
         return hasattr(identity, name)
     return _has_attr_of_traced_value(tx, obj, name)

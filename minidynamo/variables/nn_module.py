@@ -128,6 +128,24 @@ class NNModuleVariable(VariableTracker):
             unimplemented(f"{cls.__name__} has no attribute '{name}' (or a __getattr__ of its own)")
         return self._table_entry(tx, table, name)
 
+    def has_attribute(self, tx, name: str) -> bool:
+        """`hasattr(module, name)`, answered in var_getattr's order with a guard on each fact used."""
+        module = self.module
+        if class_attribute(type(module), name) is not _MISSING:
+            return True
+        present = name in module.__dict__
+        self._guard(tx, "__dict__", GuardKind.DICT_CONTAINS, (name, present))
+        if present:
+            return True
+        if class_attribute(type(module), "__getattr__") is not torch.nn.Module.__getattr__:
+            unimplemented(f"hasattr on a {type(module).__name__} with a __getattr__ of its own")
+        for table in _TABLES:
+            present = name in getattr(module, table)
+            self._guard(tx, table, GuardKind.DICT_CONTAINS, (name, present))
+            if present:
+                return True
+        return False
+
     def _class_attribute(self, tx, name: str, source) -> VariableTracker:
         from .user_defined import lookup_class_attribute
 
