@@ -362,6 +362,32 @@ def test_forward_hook_registered_later_is_seen():
     assert cnt.frame_count > 1
 
 
+def _local_block():
+    """A Block whose class, and whose `proj`'s class, belong to this test alone (they get patched)."""
+    class LocalLinear(nn.Linear):
+        pass
+
+    class LocalBlock(Block):
+        pass
+
+    block = LocalBlock()
+    block.proj = LocalLinear(4, 4)
+    return block
+
+
+CLASS_PATCHES = {
+    "method": lambda m: setattr(type(m), "helper", lambda self, x: x - 1),
+    "forward": lambda m: setattr(type(m), "forward", lambda self, x: x * 3),
+    "submodule_forward": lambda m: setattr(type(m.proj), "forward", lambda self, x: x + 7),
+    "submodule_call": lambda m: setattr(type(m.proj), "__call__", lambda self, x: x * 0.5),
+}
+
+
+@pytest.mark.parametrize("name", list(CLASS_PATCHES))
+def test_class_patch_is_seen(name):
+    check_change(_local_block, CLASS_PATCHES[name], x4(), recompiles=True)
+
+
 class MethodNamedLikeSubmodule(nn.Module):
     """`self.scale = Linear` registers a submodule; `self.scale` still finds the class method."""
 

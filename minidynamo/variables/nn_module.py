@@ -149,7 +149,22 @@ class NNModuleVariable(VariableTracker):
     def _class_attribute(self, tx, name: str, source) -> VariableTracker:
         from .user_defined import lookup_class_attribute
 
+        self._guard_class_attribute(tx, name)
         return lookup_class_attribute(tx, self, type(self.module), name, source)
+
+    def _guard_class_attribute(self, tx, name: str) -> None:
+        """Guard that the descriptor (method, property) found on the class stays the same object:
+        a class patched later (`Mod.forward = ...`) is seen. Plain class values are guarded
+        through the instance by the value's own guards."""
+        cls = type(self.module)
+        static = class_attribute(cls, name)
+        if self.source is None or not hasattr(type(static), "__get__"):
+            return
+        source = AttrSource(AttrSource(self.source, "__class__"), name)
+        value = getattr(cls, name)
+        if isinstance(static, classmethod):  # each read binds anew: the function is what stays
+            source, value = AttrSource(source, "__func__"), value.__func__
+        tx.output.add_guard(Guard(source, GuardKind.ID_MATCH, value))
 
     def _table_entry(self, tx, table: str, name: str) -> VariableTracker:
         """`getattr(module, table)[name]`, known to be what `module.name` reads."""
@@ -167,6 +182,7 @@ class NNModuleVariable(VariableTracker):
         from .functions import UserMethodVariable
 
         call = class_attribute(type(self.module), "__call__")
+        self._guard_class_attribute(tx, "__call__")
         if call is not torch.nn.Module.__call__:
             if not isinstance(call, types.FunctionType):
                 unimplemented(f"{type(self.module).__name__}.__call__ is not a Python function")

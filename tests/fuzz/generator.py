@@ -9,9 +9,6 @@ from .families import Block
 # Features whose bugs are known and still open on main: the in-suite test leaves them out, `make fuzz` keeps
 # them. Each names a bug class and the template prefixes ("family: template") that run into it.
 KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
-    "module guards: parameters, buffers, submodules, containers, class and instance patches, added attributes": (
-        "modules: MOD", "modules: Mod", "modules: SEQ", "modules: ML", "modules: LIN", "modules: del ", "modules: with ",
-        "module_target: PROG.", "module_target: Prog.", "module_target: self.count"),
     "facts read without a guard: hasattr / getattr with a default on objects": (
         "objects: if hasattr(", "objects: y = y + getattr("),
     "patched methods, properties and __code__ on classes, instances and functions": (
