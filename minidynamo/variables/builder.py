@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import enum
 import functools
 import math
 import operator
@@ -107,6 +108,9 @@ class VariableBuilder:
             from .functions import PartialVariable
 
             self.guard(GuardKind.TYPE_MATCH, type(value))
+            if source is not None:  # another partial of the same function may bind more arguments
+                tx.output.add_guard(Guard(AttrSource(source, "args"), GuardKind.LIST_LENGTH, value.args))
+                tx.output.add_guard(Guard(AttrSource(source, "keywords"), GuardKind.DICT_KEYS, value.keywords))
             func = VariableBuilder(tx, source and AttrSource(source, "func"))(value.func)
             args = [VariableBuilder(tx, source and GetItemSource(AttrSource(source, "args"), i))(v)
                     for i, v in enumerate(value.args)]
@@ -149,7 +153,10 @@ class VariableBuilder:
             return DisabledFunctionVariable(value, source)
         if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
-            return UserMethodVariable(value.__func__, owner)
+            func_source = source and AttrSource(source, "__func__")
+            if func_source is not None:
+                tx.output.add_guard(Guard(func_source, GuardKind.ID_MATCH, value.__func__))
+            return UserMethodVariable(value.__func__, owner, func_source)
         if any(value is f for f in (object.__setattr__, object.__init__, functools.partial, operator.itemgetter,
                                     operator.attrgetter)):
             return BuiltinVariable(value)
@@ -164,7 +171,9 @@ class VariableBuilder:
         if isinstance(value, type):
             self.guard(GuardKind.ID_MATCH, value)
             return UserDefinedClassVariable(value, source)
-        self.guard(GuardKind.TYPE_MATCH, type(value))
+        # an Enum member's identity is its meaning (what `is`, `==`, `.value` and `.name` answer)
+        self.guard(GuardKind.ID_MATCH if isinstance(value, enum.Enum) else GuardKind.TYPE_MATCH,
+                   value if isinstance(value, enum.Enum) else type(value))
         return UserDefinedObjectVariable(value, source)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List
 import torch
 
 from ..exc import unimplemented, unimplemented_frame
+from ..guards import Guard, GuardKind
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
@@ -121,7 +122,7 @@ class BuiltinVariable(VariableTracker):
             return args[0].call_method(tx, "__contains__", [args[1]], {})
         if self.fn in (operator.eq, operator.ne) and len(args) == 2:
             same = self._identity(tx, *args)
-            if same is not None and same.as_python_constant() is (self.fn is operator.eq):
+            if same is not None and (same.as_python_constant() is (self.fn is operator.eq) or _eq_is_identity(*args)):
                 return same
         if self.fn is operator.not_ and len(args) == 1:
             return ConstantVariable(not args[0].truthy(tx))
@@ -176,6 +177,8 @@ class BuiltinVariable(VariableTracker):
             same = self._identity(tx, element, item)
             if same is not None and same.as_python_constant():
                 return ConstantVariable(True)
+            if same is not None and _eq_is_identity(element, item):
+                continue
             if not (element.is_python_constant() and item.is_python_constant()):
                 unimplemented("'in' over a sequence holding non-constant values")
             if element.as_python_constant() == item.as_python_constant():
@@ -197,6 +200,8 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(negate)
         real_a, real_b = _identity_of(a), _identity_of(b)
         if real_a is not None and real_b is not None:
+            guard_identity(tx, a)
+            guard_identity(tx, b)
             return ConstantVariable((real_a is real_b) != negate)
         if (a.is_python_constant() and a.as_python_constant() is None) or (b.is_python_constant() and b.as_python_constant() is None):
             return ConstantVariable(negate)
@@ -224,9 +229,12 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(issubclass(cls.as_python_constant(), classes.as_python_constant()))
 
     def _call_type(self, tx, obj: VariableTracker):
+        from ..source import AttrSource
         from .user_defined import UserDefinedClassVariable
 
-        return UserDefinedClassVariable(obj.python_type())
+        # the class of an existing object is reached through it, so that what is read from it is guarded
+        source = obj.source and AttrSource(obj.source, "__class__") if obj.real_object() is not None else None
+        return UserDefinedClassVariable(obj.python_type(), source)
 
     def _call_range(self, tx, *args: VariableTracker):
         bounds = [a.specialize() if isinstance(a, SymNodeVariable) else a.as_python_constant() for a in args]
@@ -380,6 +388,7 @@ class BuiltinVariable(VariableTracker):
         identity = _identity_of(obj)
         if identity is None:
             unimplemented("id() of a value created while tracing")
+        guard_identity(tx, obj)
         return ConstantVariable(id(identity))
 
 
@@ -412,6 +421,18 @@ def _identity_of(vt: VariableTracker):
     return vt.real_object()
 
 
+def guard_identity(tx, vt: VariableTracker) -> None:
+    """A fact folded from which object `vt` is holds only while its source yields that object."""
+    obj = vt.real_object()
+    if obj is not None and vt.source is not None and (vt.source.name(), GuardKind.NN_MODULE) not in tx.output.guards:
+        tx.output.add_guard(Guard(vt.source, GuardKind.ID_MATCH, obj))
+
+
+def _eq_is_identity(a: VariableTracker, b: VariableTracker) -> bool:
+    """Whether `a == b` means `a is b`: two existing objects whose types keep object's equality."""
+    return all(v.real_object() is not None and type(v.real_object()).__eq__ is object.__eq__ for v in (a, b))
+
+
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     if isinstance(obj, TensorVariable):
         return hasattr(obj.example, name)
@@ -421,7 +442,10 @@ def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     if isinstance(obj, NNModuleVariable):
         return obj.has_attribute(tx, name)
     if identity is not None:
-        return hasattr(identity, name)
+        present = hasattr(identity, name)
+        if obj.source is not None:
+            tx.output.add_guard(Guard(obj.source, GuardKind.HASATTR, (name, present)))
+        return present
     return _has_attr_of_traced_value(tx, obj, name)
 
 

@@ -1,12 +1,13 @@
-"""Dicts with constant keys."""
+"""Dicts with constant keys, and their live views."""
 from __future__ import annotations
 
+import operator
 from typing import Any, Dict, List
 
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
-from .lists import ListIteratorVariable, TupleVariable
+from .lists import TupleVariable
 
 
 class ConstDictVariable(VariableTracker):
@@ -55,12 +56,8 @@ class ConstDictVariable(VariableTracker):
             return ConstantVariable(const_args[0] in self.items)
         if name == "__len__":
             return ConstantVariable(len(self.items))
-        if name == "keys":
-            return ListIteratorVariable([ConstantVariable(k) for k in self.items])
-        if name == "values":
-            return ListIteratorVariable(list(self.items.values()))
-        if name == "items":
-            return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()])
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            return DictViewVariable(self, name)
         if name == "copy":
             return ConstDictVariable(self.items, self.user_cls)
         if name in ("__setitem__", "update", "pop", "__delitem__", "setdefault", "clear"):
@@ -99,3 +96,57 @@ class ConstDictVariable(VariableTracker):
             codegen.load_const(key)
             codegen.reconstruct(value)
         codegen.append("BUILD_MAP", len(self.items))
+
+
+class DictViewVariable(VariableTracker):
+    """`d.keys()`, `d.values()` or `d.items()`: a live view, so it reads the dict when used and sees
+    the dict's later changes, as the real view does."""
+
+    def __init__(self, mapping: ConstDictVariable, kind: str) -> None:
+        super().__init__()
+        self.mapping = mapping
+        self.kind = kind
+
+    def python_type(self) -> type:
+        return type(getattr({}, self.kind)())
+
+    def describe(self) -> str:
+        return f"dict_{self.kind}"
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.mapping]
+
+    def current(self) -> List[VariableTracker]:
+        if self.kind == "keys":
+            return [ConstantVariable(k) for k in self.mapping.items]
+        if self.kind == "values":
+            return list(self.mapping.items.values())
+        return [TupleVariable([ConstantVariable(k), v]) for k, v in self.mapping.items.items()]
+
+    def as_python_constant(self) -> Any:
+        if self.kind == "keys":
+            return dict.fromkeys(self.mapping.items).keys()
+        return getattr(self.mapping.as_python_constant(), self.kind)()
+
+    def truthy(self, tx) -> bool:
+        return bool(self.mapping.items)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        return self.current()
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.mapping.items))
+        if name == "__contains__" and len(args) == 1:
+            from .builtin import BuiltinVariable
+
+            return BuiltinVariable(operator.contains).call_function(tx, [TupleVariable(self.current()), args[0]], {})
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(getattr(self.mapping.user_cls, self.kind))
+        codegen.reconstruct(self.mapping)
+        codegen.call(1)

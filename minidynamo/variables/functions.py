@@ -8,6 +8,7 @@ import types
 from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented
+from ..guards import Guard, GuardKind
 from ..source import AttrSource, CellContentsSource, DefaultsSource, GetItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -159,6 +160,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         return VariableBuilder(tx, source if self.source is not None else None)(value)
 
     def bind(self, tx, args, kwargs) -> Dict[str, VariableTracker]:
+        if self.source is not None:
+            self._guard_signature(tx)
         defaults = [
             self._wrap_real(tx, v, self.source and DefaultsSource(self.source, i))
             for i, v in enumerate(self.fn.__defaults__ or ())
@@ -168,6 +171,14 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             for k, v in (self.fn.__kwdefaults__ or {}).items()
         }
         return bind_arguments(self.fn.__code__, args, kwargs, defaults, kwdefaults)
+
+    def _guard_signature(self, tx) -> None:
+        """Inlining reads the function's code and how its defaults line up with its parameters:
+        a swapped `__code__` or a new number of defaults must not reuse the trace."""
+        tx.output.add_guard(Guard(AttrSource(self.source, "__code__"), GuardKind.ID_MATCH, self.fn.__code__))
+        if self.fn.__defaults__:
+            tx.output.add_guard(Guard(AttrSource(self.source, "__defaults__"), GuardKind.LIST_LENGTH,
+                                      self.fn.__defaults__))
 
     def closure_cells(self, tx) -> Dict[str, VariableTracker]:
         cells: Dict[str, VariableTracker] = {}

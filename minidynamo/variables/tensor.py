@@ -18,6 +18,9 @@ _CONSTANT_ATTRS = ("dtype", "device", "ndim", "requires_grad", "is_cuda", "layou
                    "is_nested", "is_quantized", "is_meta", "is_cpu", "is_mkldnn")
 _CONSTANT_METHODS = ("size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous",
                      "is_floating_point", "is_complex", "element_size", "get_device", "storage_offset")
+# Other methods whose answer, when the graph's fake execution gives a Python value, follows from
+# what the tensor guards check (dtype, sizes, dispatch keys).
+_METADATA_METHODS = ("is_signed", "is_inference", "is_conj", "is_neg", "is_same_size", "__len__")
 _DATA_DEPENDENT = {
     "item": "reading a tensor's value with .item()",
     "tolist": "converting a tensor to a list with .tolist()",
@@ -95,6 +98,8 @@ class TensorVariable(VariableTracker):
             const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
             if name == "size":
                 return self.size_variable(tx, *const_args, **const_kwargs)
+            if name == "storage_offset":
+                guard_storage_offsets(tx, self)
             value = getattr(self.example, name)(*const_args, **const_kwargs)
             if is_constant_value(value):
                 return ConstantVariable(value)
@@ -103,7 +108,27 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(self.example.type())
         if name in ("register_hook", "retain_grad"):
             unimplemented(f"tensor.{name}()")
-        return tx.output.call_graph_op(tx, "call_method", name, [self, *args], kwargs)
+        result = tx.output.call_graph_op(tx, "call_method", name, [self, *args], kwargs)
+        if isinstance(result, ConstantVariable) and result.value is not None and name not in _METADATA_METHODS:
+            unimplemented(f"tensor.{name}() answers from state the tensor guards do not check")
+        return result
+
+
+def guard_storage_offsets(tx, tensor: TensorVariable) -> None:
+    """The trace reads a storage offset, which tensor guards do not check: an input's own, or, for a
+    tensor made in the graph (a view of some input, perhaps), every input's."""
+    from ..guards import Guard, GuardKind
+    from ..source import AttrSource, CallSource
+
+    if tensor.source is not None:
+        inputs = [(tensor.source, tensor.example)]
+    else:
+        inputs = [(arg.source, arg.example) for arg in tx.output.graphargs if isinstance(arg.example, torch.Tensor)]
+    for source, example in inputs:
+        offset = specialized_value(example.storage_offset())
+        if not isinstance(offset, int):
+            unimplemented("reading a symbolic storage offset")
+        tx.output.add_guard(Guard(CallSource(AttrSource(source, "storage_offset")), GuardKind.EQUALS_MATCH, offset))
 
 
 class TensorMethodVariable(VariableTracker):

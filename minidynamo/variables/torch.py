@@ -10,10 +10,14 @@ import torch
 import torch.fx
 
 from ..exc import unimplemented
-from ..guards import Guard, GuardKind
+from ..guards import Guard, GuardKind, capture_global_state
+from ..source import CallSource, GetItemSource, ModuleGlobalsSource
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
+from .lists import BaseListVariable
 from .misc import GradModeVariable
+from .sym import SymNodeVariable
+from .tensor import TensorVariable
 
 
 def _existing(*paths: str) -> set:
@@ -27,12 +31,34 @@ def _existing(*paths: str) -> set:
     return found
 
 
-# Calls answered while tracing, from global state or metadata.
-_CONSTANT_FUNCTIONS = _existing(
-    "torch.get_default_dtype", "torch.is_tensor", "torch.is_floating_point", "torch.is_complex", "torch.numel",
-    "torch.is_autocast_enabled", "torch.are_deterministic_algorithms_enabled", "torch.cuda.is_available",
-    "torch.jit.is_scripting", "torch.jit.is_tracing", "torch._C._get_tracing_state",
+# Calls answered while tracing from their arguments alone (from the guarded metadata of tensor
+# arguments), or from facts of the process that cannot change while it runs.
+_PURE_FUNCTIONS = _existing(
+    "torch.is_tensor", "torch.is_storage", "torch.is_floating_point", "torch.is_complex", "torch.is_signed",
+    "torch.is_conj", "torch.is_neg", "torch.is_inference", "torch.is_same_size", "torch.numel",
+    "torch.promote_types", "torch.can_cast", "torch.result_type", "torch.broadcast_shapes", "torch.typename",
+    "torch.cuda.is_available", "torch.cuda.device_count", "torch.is_autocast_available",
+    "torch.backends.cudnn.is_available", "torch.backends.mkldnn.is_available",
+) | _existing(  # whether another tracer (TorchScript, fx, make_fx, export) runs the code: never here
+    "torch.jit.is_scripting", "torch.jit.is_tracing", "torch._C._get_tracing_state", "torch.fx._symbolic_trace.is_fx_tracing",
+    "torch.nn.modules.activation._is_make_fx_tracing", "torch.compiler.is_exporting",
 )
+# Process-wide settings: answered while tracing, with the entry guarded on the global state.
+_GLOBAL_STATE_READS = _existing(
+    "torch.get_default_dtype", "torch.is_autocast_enabled", "torch.is_autocast_cpu_enabled",
+    "torch.are_deterministic_algorithms_enabled", "torch.is_deterministic_algorithms_warn_only_enabled",
+    "torch.autograd._profiler_enabled",
+)
+# Other settings, read without arguments: answered while tracing, and guarded by reading them again.
+_SETTINGS = {path: fn for path in (
+    "torch.backends.mha.get_fastpath_enabled", "torch.get_num_threads", "torch.get_num_interop_threads",
+    "torch.is_inference_mode_enabled", "torch.is_anomaly_enabled", "torch.is_anomaly_check_nan_enabled",
+    "torch.get_float32_matmul_precision", "torch.get_deterministic_debug_mode", "torch.is_warn_always_enabled",
+    "torch.initial_seed", "torch.is_autocast_cache_enabled", "torch.get_default_device",
+    "torch._C._get_cudnn_enabled", "torch._C._get_mkldnn_enabled",
+) for fn in _existing(path)}
+_SETTING_PATHS = {id(fn): path for path, fn in _SETTINGS.items()}
+_SETTINGS_SCOPE = "___torch_settings"
 # Code asking "am I being compiled?" takes its compile-friendly path, as under torch.compile.
 _IS_COMPILING = _existing(
     "torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling", "torch._dynamo.is_compiling",
@@ -114,6 +140,12 @@ class FunctorchFunctionVariable(VariableTracker):
         unimplemented(f"calling a {self.describe()}: function transforms run in Python")
 
 
+def _holds_tensor(value: VariableTracker) -> bool:
+    if isinstance(value, BaseListVariable):
+        return any(map(_holds_tensor, value.items))
+    return isinstance(value, (TensorVariable, SymNodeVariable))
+
+
 class TorchVariable(VariableTracker):
     """A function, class or submodule of torch; calling a function records it in the graph."""
 
@@ -150,18 +182,37 @@ class TorchVariable(VariableTracker):
             unimplemented(f"torch.{fn.__name__}() changes global state")
         if fn is torch.Size or fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
-        if fn in _CONSTANT_FUNCTIONS:
-            from .tensor import TensorVariable
-
-            values = [a.example if isinstance(a, TensorVariable) else a.as_python_constant() for a in args]
-            return ConstantVariable(fn(*values, **{k: v.as_python_constant() for k, v in kwargs.items()}))
+        if fn in _GLOBAL_STATE_READS:
+            tx.output.add_guard(Guard(None, GuardKind.GLOBAL_STATE, capture_global_state()))
+            return self._evaluate(args, kwargs)
+        if fn in _PURE_FUNCTIONS:
+            return self._evaluate(args, kwargs)
+        if id(fn) in _SETTING_PATHS and not args and not kwargs:
+            return self._read_setting(tx)
         if isinstance(fn, type):
             unimplemented(f"constructing {fn.__qualname__} inside a compiled region")
         if is_functorch_function(fn):
             unimplemented(f"torch.func.{fn.__name__}: function transforms run in Python, they are not traced")
         if not _named_in_graph_code(fn):
             unimplemented(f"{self.describe()} is not the torch function of that name (made at run time)")
-        return tx.output.call_graph_op(tx, "call_function", fn, args, kwargs)
+        result = tx.output.call_graph_op(tx, "call_function", fn, args, kwargs)
+        if isinstance(result, ConstantVariable) and result.value is not None and not any(
+                map(_holds_tensor, [*args, *kwargs.values()])):
+            # answered from Python values alone: a setting of the process nothing guards
+            unimplemented(f"{self.describe()}() reads process state")
+        return result
+
+    def _read_setting(self, tx) -> VariableTracker:
+        value = self.value()
+        tx.output.namespaces[_SETTINGS_SCOPE] = _SETTINGS
+        table = ModuleGlobalsSource(_SETTINGS_SCOPE, _SETTINGS)
+        tx.output.add_guard(Guard(CallSource(GetItemSource(table, _SETTING_PATHS[id(self.value)])),
+                                  GuardKind.EQUALS_MATCH, value))
+        return ConstantVariable(value)
+
+    def _evaluate(self, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        values = [a.example if isinstance(a, TensorVariable) else a.as_python_constant() for a in args]
+        return ConstantVariable(self.value(*values, **{k: v.as_python_constant() for k, v in kwargs.items()}))
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .builder import VariableBuilder

@@ -4,13 +4,15 @@ from __future__ import annotations
 import abc
 import collections.abc
 import dataclasses
+import enum
 import functools
 import inspect
 import types
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented
-from ..source import AttrSource
+from ..guards import Guard, GuardKind
+from ..source import AttrSource, GetItemSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -29,45 +31,83 @@ READ_ONLY_METHODS: Dict[type, set] = {
 }
 
 
-def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, attr_source) -> VariableTracker:
-    """What `obj.name` gives when `name` is found on the class (methods, properties, descriptors)."""
+def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, attr_source,
+                           cls_source: Optional[Source] = None, implicit: bool = False) -> VariableTracker:
+    """What `obj.name` gives when `name` is found on the class (methods, properties, descriptors).
+    `cls_source` reaches `cls` for guards (by default: the class of `obj_vt`); `implicit`: a lookup
+    that skips the instance's __dict__ (special methods, super())."""
     from .builder import VariableBuilder
     from .functions import UserFunctionVariable, UserMethodVariable
 
     static = inspect.getattr_static(cls, name)
+    if cls_source is None:
+        cls_source = _class_source(obj_vt)
+    guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit)
     if isinstance(static, staticmethod):
-        return VariableBuilder(tx, None)(static.__func__)
+        return VariableBuilder(tx, guarded())(static.__func__)
     if isinstance(static, classmethod):
-        return UserMethodVariable(static.__func__, UserDefinedClassVariable(cls))
+        return UserMethodVariable(static.__func__, UserDefinedClassVariable(cls, cls_source), guarded())
     if isinstance(static, property):
         if not isinstance(static.fget, types.FunctionType):
             unimplemented(f"property {name} with a non-Python getter")
-        return UserFunctionVariable(static.fget).call_function(tx, [obj_vt], {})
+        prop_source = guarded()
+        return UserFunctionVariable(static.fget, prop_source and AttrSource(prop_source, "fget")).call_function(
+            tx, [obj_vt], {})
     if isinstance(static, functools.cached_property) and isinstance(static.func, types.FunctionType):
         # computed once, then stored in the instance dict, which later reads find first
-        value = UserFunctionVariable(static.func).call_function(tx, [obj_vt], {})
+        prop_source = guarded()
+        value = UserFunctionVariable(static.func, prop_source and AttrSource(prop_source, "func")).call_function(
+            tx, [obj_vt], {})
         obj_vt.store_attr(tx, static.attrname or name, value)
         return value
     if isinstance(static, types.FunctionType):
-        return UserMethodVariable(static, obj_vt)
+        return UserMethodVariable(static, obj_vt, guarded())
     owner = next((base for base in cls.__mro__ if name in vars(base)), None)
     if owner in READ_ONLY_METHODS and name in READ_ONLY_METHODS[owner]:
+        guarded()
         return BuiltinMethodVariable(obj_vt, owner, name)
     if hasattr(type(static), "__get__"):
         unimplemented(f"attribute '{name}' is a {type(static).__name__} descriptor")
     return VariableBuilder(tx, attr_source)(static)
 
 
+def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
+    """How guards reach the class whose attributes `obj_vt` looks up."""
+    if isinstance(obj_vt, UserDefinedClassVariable):
+        return obj_vt.source
+    if isinstance(obj_vt, NewObjectVariable):
+        return obj_vt.cls_source
+    return obj_vt.source and AttrSource(obj_vt.source, "__class__")
+
+
+def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source], name: str, static: Any,
+                        implicit: bool) -> Optional[Source]:
+    """The trace resolved `name` to `static` on a class: guard that the class still resolves it so
+    (methods patched on the class) and that the instance's own __dict__ does not shadow it
+    (methods patched on the instance). Returns the source of what the class lookup gives."""
+    if cls_source is None:
+        return None
+    source = AttrSource(cls_source, name)
+    expected = static.__func__ if isinstance(static, (staticmethod, classmethod)) else static
+    if isinstance(static, classmethod):  # `Cls.name` makes a new bound method each time
+        source = AttrSource(source, "__func__")
+    tx.output.add_guard(Guard(source, GuardKind.ID_MATCH, expected))
+    instance = obj_vt.real_object()
+    if (not implicit and obj_vt.source is not None and not isinstance(obj_vt, UserDefinedClassVariable)
+            and isinstance(getattr(instance, "__dict__", None), dict) and not hasattr(type(static), "__set__")):
+        tx.output.add_guard(Guard(AttrSource(obj_vt.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
+    return source
+
+
 def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]:
     """The items of a user object: through a generator __iter__, or __len__ and __getitem__."""
-    from .functions import UserMethodVariable
-
     iter_method = inspect.getattr_static(cls, "__iter__", None)
     if iter_method in (None, collections.abc.Sequence.__iter__) and inspect.getattr_static(cls, "__getitem__", None):
         length = obj.call_method(tx, "__len__", [], {}).as_python_constant()
         return [obj.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(length)]
     if isinstance(iter_method, types.FunctionType):
-        return UserMethodVariable(iter_method, obj).call_function(tx, [], {}).unpack_var_sequence(tx)
+        iterate = lookup_class_attribute(tx, obj, cls, "__iter__", None, implicit=True)
+        return iterate.call_function(tx, [], {}).unpack_var_sequence(tx)
     unimplemented(f"iterating over {cls.__qualname__} objects")
 
 
@@ -122,7 +162,7 @@ class UserDefinedClassVariable(VariableTracker):
                 else:
                     unimplemented(f"{self.cls.__name__}() missing field {name}")
             return NamedTupleVariable(values, self.cls)
-        return NewObjectVariable.create(tx, self.cls, args, kwargs)
+        return NewObjectVariable.create(tx, self.cls, args, kwargs, self.source)
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -151,6 +191,8 @@ class UserDefinedObjectVariable(VariableTracker):
             # e.g. configuration objects that map attribute aliases: read through the real object,
             # and the guard repeats the read
             return VariableBuilder(tx, attr_source)(getattr(self.obj, name))
+        if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
+            return VariableBuilder(tx, None)(getattr(self.obj, name))
         instance_dict = getattr(self.obj, "__dict__", {})
         static = inspect.getattr_static(cls, name, None)
         is_data_descriptor = static is not None and hasattr(type(static), "__set__")
@@ -178,9 +220,8 @@ class UserDefinedObjectVariable(VariableTracker):
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         call = inspect.getattr_static(type(self.obj), "__call__", None)
         if isinstance(call, types.FunctionType):
-            from .functions import UserMethodVariable
-
-            return UserMethodVariable(call, self).call_function(tx, args, kwargs)
+            method = lookup_class_attribute(tx, self, type(self.obj), "__call__", None, implicit=True)
+            return method.call_function(tx, args, kwargs)
         return super().call_function(tx, args, kwargs)
 
 
@@ -199,26 +240,26 @@ def rebuild_object(cls: type, attrs: Dict[str, Any]) -> Any:
 class NewObjectVariable(VariableTracker):
     """An instance of a plain user class created while tracing: its attributes are trackers."""
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type, cls_source: Optional[Source] = None) -> None:
         super().__init__()
         self.cls = cls
+        self.cls_source = cls_source  # how guards reach the class its methods are looked up on
         self.attrs: Dict[str, VariableTracker] = {}
 
     @staticmethod
-    def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        from .functions import UserMethodVariable
-
+    def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
+               cls_source: Optional[Source] = None) -> VariableTracker:
         if type(cls) not in (type, abc.ABCMeta) or cls.__new__ is not object.__new__ or any(
             vars(c).get("__slots__") for c in cls.__mro__[:-1]
         ):
             return ConstructedObjectVariable(cls, args, kwargs)
-        obj = NewObjectVariable(cls)
+        obj = NewObjectVariable(cls, cls_source)
         init = inspect.getattr_static(cls, "__init__")
         if init is object.__init__:
             if args or kwargs:
                 unimplemented(f"{cls.__qualname__}() takes no arguments")
         elif isinstance(init, types.FunctionType):
-            UserMethodVariable(init, obj).call_function(tx, args, kwargs)
+            lookup_class_attribute(tx, obj, cls, "__init__", None, implicit=True).call_function(tx, args, kwargs)
         else:
             unimplemented(f"{cls.__qualname__}.__init__ is not a Python function")
         return obj
@@ -336,20 +377,19 @@ class SuperVariable(VariableTracker):
         codegen.call(2)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .functions import UserMethodVariable
-
         mro = self.obj.python_type().__mro__
-        for klass in mro[mro.index(self.cls) + 1 :]:
+        for index in range(mro.index(self.cls) + 1, len(mro)):
+            klass = mro[index]
             if name in vars(klass):
                 static = vars(klass)[name]
-                if isinstance(static, types.FunctionType):
-                    return UserMethodVariable(static, self.obj)
                 if static is object.__init__ or static is object.__setattr__:
                     from .builtin import BuiltinVariable
                     from .functions import PartialVariable
 
                     return PartialVariable(BuiltinVariable(static), [self.obj], {})
-                return lookup_class_attribute(tx, self.obj, klass, name, None)
+                type_source = _class_source(self.obj)
+                klass_source = type_source and GetItemSource(AttrSource(type_source, "__mro__"), index)
+                return lookup_class_attribute(tx, self.obj, klass, name, None, klass_source, implicit=True)
         unimplemented(f"super() has no attribute '{name}'")
 
 
