@@ -6,6 +6,7 @@ fact between calls and compares every compiled call with eager."""
 import enum
 import functools
 import math
+import sys
 
 import pytest
 import torch
@@ -20,6 +21,12 @@ from translator_harness import (  # noqa: F401
     rand,
     reference_only_skip,
 )
+
+
+# where torch 2.13 itself returns a stale result
+_TORCH_TYPE_GUARD_ONLY = reference_only_skip("torch 2.13 folds this identity with only a type guard")
+_TORCH_CLASS_UNGUARDED = reference_only_skip("torch 2.13 does not guard this class attribute lookup")
+_TORCH_LOOSE_CONSTANT = reference_only_skip("torch 2.13 compares this constant with == only")
 
 
 def run_calls(fn, steps, nopython=False):
@@ -111,7 +118,8 @@ def sentinel_id(s, x):
     return x * 2 if id(s) == id(FIRST) else x * 3
 
 
-@pytest.mark.parametrize("fn", [sentinel_is, sentinel_is_not, sentinel_in, sentinel_eq, sentinel_id])
+@pytest.mark.parametrize("fn", [*[pytest.param(f, marks=_TORCH_TYPE_GUARD_ONLY)
+                                  for f in (sentinel_is, sentinel_is_not, sentinel_in, sentinel_eq)], sentinel_id])
 def test_sentinel_folds_are_guarded_by_identity(fn):
     x = rand(3)
     run_calls(fn, [(None, (s, x)) for s in (FIRST, SECOND, THIRD, FIRST, SECOND)])
@@ -121,6 +129,7 @@ def global_mode(x):
     return x + 1 if MODE is FIRST else x - 1
 
 
+@_TORCH_TYPE_GUARD_ONLY
 def test_rebound_global_sentinel():
     global MODE
 
@@ -184,8 +193,8 @@ def sign_of_zero(f, x):
 @pytest.mark.parametrize("fn, values", [
     (first_is_int, [(2,), (2.0,), (2,)]),
     (first_is_true, [(True,), (1,), (True,)]),
-    (frozen_member_type, [frozenset({1}), frozenset({1.0}), frozenset({1})]),
-    (sign_of_zero, [0.0, -0.0, 0.0, -0.0]),
+    pytest.param(frozen_member_type, [frozenset({1}), frozenset({1.0}), frozenset({1})], marks=_TORCH_LOOSE_CONSTANT),
+    pytest.param(sign_of_zero, [0.0, -0.0, 0.0, -0.0], marks=_TORCH_LOOSE_CONSTANT),
 ])
 def test_constants_are_guarded_on_type_and_sign(fn, values):
     x = rand(3)
@@ -355,6 +364,7 @@ def autocast_dtype(x):
     return x + 1 if torch.get_autocast_dtype("cpu") is torch.bfloat16 else x - 1
 
 
+@reference_only_skip("torch 2.13 folds torch.get_autocast_dtype() unguarded")
 def test_unknown_setting_read():
     x = rand(3)
     try:
@@ -471,6 +481,7 @@ def make_class():
     return Base
 
 
+@_TORCH_CLASS_UNGUARDED
 def test_method_patched_on_the_class():
     cls = make_class()
     o, x = cls(), rand(3)
@@ -484,6 +495,7 @@ def test_method_patched_on_the_instance():
     run_calls(call_m, same_args((o, x), lambda: setattr(o, "m", lambda x: x * 7), lambda: delattr(o, "m")))
 
 
+@_TORCH_CLASS_UNGUARDED
 def test_method_defined_later_in_a_subclass():
     base = make_class()
 
@@ -498,6 +510,7 @@ def call_static_class_property(o, x):
     return o.s(x) + o.c(x) + o.p + type(o).s(x)
 
 
+@_TORCH_CLASS_UNGUARDED
 def test_static_class_methods_and_properties_patched():
     cls = make_class()
     o, x = cls(), rand(3)
@@ -546,6 +559,7 @@ def build_in_frame(x):
     return x + Built(2).k
 
 
+@_TORCH_CLASS_UNGUARDED
 def test_init_patched_for_an_object_built_in_the_frame():
     original = Built.__init__
 
@@ -655,3 +669,48 @@ def test_partial_with_more_arguments():
     steps = [(None, (functools.partial(scaled, a=2), x)), (None, (functools.partial(scaled, 2), x)),
              (None, (functools.partial(scaled, 2, 3), x)), (None, (functools.partial(scaled, a=2, b=1), x))]
     run_calls(calls_partial, steps)
+
+
+def mkldnn_flag(x):
+    return x + 1 if torch.backends.mkldnn.enabled else x - 1
+
+
+def test_flag_of_a_torch_module():
+    x = rand(3)
+    try:
+        run_calls(mkldnn_flag, same_args((x,), lambda: setattr(torch.backends.mkldnn, "enabled", False),
+                                         lambda: setattr(torch.backends.mkldnn, "enabled", True)))
+    finally:
+        torch.backends.mkldnn.enabled = True
+
+
+def recursion_limit(x):
+    return x + sys.getrecursionlimit() % 7
+
+
+@reference_only_skip("torch 2.13 folds sys.getrecursionlimit() unguarded")
+def test_recursion_limit():
+    x, limit = rand(3), sys.getrecursionlimit()
+    try:
+        run_calls(recursion_limit, same_args((x,), lambda: sys.setrecursionlimit(limit + 1),
+                                             lambda: sys.setrecursionlimit(limit + 2)))
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def append_then_len(a, b, x):
+    a.append(1)
+    return x + len(b)
+
+
+def test_the_same_list_passed_twice_then_two_lists():
+    x = rand(3)
+    compiled = optimize(CompileCounter())(append_then_len)
+
+    def same_list():
+        shared = []
+        return shared, shared, x
+
+    # the first call's trace relies on `a is b`; the next ones pass two lists
+    for make_args in (same_list, lambda: ([], [5, 6, 7], x), same_list):
+        assert_equal(compiled(*make_args()), append_then_len(*make_args()))

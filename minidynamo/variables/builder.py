@@ -74,7 +74,9 @@ class VariableBuilder:
     def __call__(self, value: Any) -> VariableTracker:
         if type(value) in (list, dict, set) and self.source is not None:
             known = self.tx.output.tracked_containers.get(id(value))
-            if known is not None:
+            if known is not None:  # the same container reached again: the trace relies on it staying so
+                if known[1].source is not None and known[1].source.name() != self.source.name():
+                    self.tx.output.add_guard(Guard(self.source, GuardKind.ALIAS_OF, known[1].source))
                 return known[1]
             variable = self.wrap(value)
             self.tx.output.tracked_containers[id(value)] = (value, variable)

@@ -30,8 +30,6 @@ _FOLDABLE = {
     *[getattr(math, name) for name in dir(math) if callable(getattr(math, name))],
     *[getattr(operator, name) for name in dir(operator) if not name.startswith("_") and callable(getattr(operator, name))],
 }
-# Functions that read process settings only; evaluated while tracing.
-_SETTINGS_READS = {sys.getrecursionlimit, sys.getdefaultencoding}
 # Functions that the graph records when a tensor is among the arguments.
 _GRAPHABLE = {
     abs, pow, divmod, *[getattr(operator, n) for n in (
@@ -103,7 +101,11 @@ class BuiltinVariable(VariableTracker):
             if same is None:
                 unimplemented(f"'is' between {args[0].describe()} and {args[1].describe()}")
             return same
-        if (self.fn in _FOLDABLE or self.fn in _SETTINGS_READS) and all(
+        if self.fn is sys.getrecursionlimit and not args and not kwargs:
+            from .torch import read_setting
+
+            return read_setting(tx, self.fn)
+        if (self.fn in _FOLDABLE or self.fn is sys.getdefaultencoding) and all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
         ) and not (self.fn in _MUTATING and any(a.has_identity for a in args)):
             try:

@@ -1,6 +1,7 @@
 """Small trackers: the NULL marker, closure cells, Python modules, grad-mode contexts."""
 from __future__ import annotations
 
+import sys
 import types
 from typing import Any, Optional
 
@@ -44,6 +45,9 @@ class CellVariable(VariableTracker):
         return "closure cell"
 
 
+_MODULES_SCOPE = "___sys_modules"
+
+
 class PythonModuleVariable(VariableTracker):
     def __init__(self, module: types.ModuleType, source=None) -> None:
         super().__init__(source)
@@ -63,14 +67,19 @@ class PythonModuleVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         from .builder import VariableBuilder, is_stable_module
-        from ..source import AttrSource
+        from ..source import AttrSource, GetItemSource, ModuleGlobalsSource
 
         if not hasattr(self.module, name):
             unimplemented(f"module {self.module.__name__} has no attribute {name}")
         value = getattr(self.module, name)
-        if is_stable_module(self.module) or self.source is None:
-            return VariableBuilder(tx, None)(value)
-        return VariableBuilder(tx, AttrSource(self.source, name))(value)
+        if not is_stable_module(self.module) and self.source is not None:
+            return VariableBuilder(tx, AttrSource(self.source, name))(value)
+        if type(value) in (bool, int, float, str) and sys.modules.get(self.module.__name__) is self.module:
+            # a setting such as torch.backends.mkldnn.enabled, which users change between calls
+            tx.output.namespaces[_MODULES_SCOPE] = sys.modules
+            modules = ModuleGlobalsSource(_MODULES_SCOPE, sys.modules)
+            return VariableBuilder(tx, AttrSource(GetItemSource(modules, self.module.__name__), name))(value)
+        return VariableBuilder(tx, None)(value)
 
 
 def grad_mode_object(cls: type, mode: bool, prev: Optional[bool]) -> Any:

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import types
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import torch
 import torch.fx
@@ -50,15 +51,27 @@ _GLOBAL_STATE_READS = _existing(
     "torch.autograd._profiler_enabled",
 )
 # Other settings, read without arguments: answered while tracing, and guarded by reading them again.
-_SETTINGS = {path: fn for path in (
+SETTINGS = {path: fn for path in (
     "torch.backends.mha.get_fastpath_enabled", "torch.get_num_threads", "torch.get_num_interop_threads",
     "torch.is_inference_mode_enabled", "torch.is_anomaly_enabled", "torch.is_anomaly_check_nan_enabled",
     "torch.get_float32_matmul_precision", "torch.get_deterministic_debug_mode", "torch.is_warn_always_enabled",
     "torch.initial_seed", "torch.is_autocast_cache_enabled", "torch.get_default_device",
     "torch._C._get_cudnn_enabled", "torch._C._get_mkldnn_enabled",
 ) for fn in _existing(path)}
-_SETTING_PATHS = {id(fn): path for path, fn in _SETTINGS.items()}
-_SETTINGS_SCOPE = "___torch_settings"
+SETTINGS["sys.getrecursionlimit"] = sys.getrecursionlimit
+_SETTING_PATHS = {id(fn): path for path, fn in SETTINGS.items()}
+_SETTINGS_SCOPE = "___settings"
+
+
+def read_setting(tx, fn: Callable[[], Any]) -> VariableTracker:
+    """`fn()` for a setting in SETTINGS, guarded by calling it again."""
+    value = fn()
+    tx.output.namespaces[_SETTINGS_SCOPE] = SETTINGS
+    table = ModuleGlobalsSource(_SETTINGS_SCOPE, SETTINGS)
+    tx.output.add_guard(Guard(CallSource(GetItemSource(table, _SETTING_PATHS[id(fn)])), GuardKind.EQUALS_MATCH, value))
+    return ConstantVariable(value)
+
+
 # Code asking "am I being compiled?" takes its compile-friendly path, as under torch.compile.
 _IS_COMPILING = _existing(
     "torch.compiler.is_compiling", "torch.compiler.is_dynamo_compiling", "torch._dynamo.is_compiling",
@@ -188,7 +201,7 @@ class TorchVariable(VariableTracker):
         if fn in _PURE_FUNCTIONS:
             return self._evaluate(args, kwargs)
         if id(fn) in _SETTING_PATHS and not args and not kwargs:
-            return self._read_setting(tx)
+            return read_setting(tx, fn)
         if isinstance(fn, type):
             unimplemented(f"constructing {fn.__qualname__} inside a compiled region")
         if is_functorch_function(fn):
@@ -201,14 +214,6 @@ class TorchVariable(VariableTracker):
             # answered from Python values alone: a setting of the process nothing guards
             unimplemented(f"{self.describe()}() reads process state")
         return result
-
-    def _read_setting(self, tx) -> VariableTracker:
-        value = self.value()
-        tx.output.namespaces[_SETTINGS_SCOPE] = _SETTINGS
-        table = ModuleGlobalsSource(_SETTINGS_SCOPE, _SETTINGS)
-        tx.output.add_guard(Guard(CallSource(GetItemSource(table, _SETTING_PATHS[id(self.value)])),
-                                  GuardKind.EQUALS_MATCH, value))
-        return ConstantVariable(value)
 
     def _evaluate(self, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         values = [a.example if isinstance(a, TensorVariable) else a.as_python_constant() for a in args]
