@@ -263,6 +263,32 @@ def test_storage_offset_of_views(fn):
     run_calls(fn, [(None, (base[0:3],)), (None, (base[1:4],)), (None, (base[2:5],)), (None, (base[0:3],))])
 
 
+def leaf_branch(t):
+    return t * 2 if t.is_leaf else t * 3
+
+
+@reference_only_skip("torch 2.13 folds .is_leaf of an input unguarded")
+def test_is_leaf_of_inputs():
+    leaf = torch.ones(3, requires_grad=True)
+    not_leaf = leaf * 1
+    run_calls(leaf_branch, [(None, (leaf,)), (None, (not_leaf,)), (None, (leaf,))])
+
+
+def has_tag(t):
+    return t + 1 if hasattr(t, "tag") else t - 1
+
+
+def reads_tag(t):
+    return t + t.tag
+
+
+def test_attribute_set_on_an_input_tensor():
+    plain, tagged, other = rand(3), rand(3), rand(3)
+    tagged.tag, other.tag = 1, 2
+    run_calls(has_tag, [(None, (plain,)), (None, (tagged,)), (None, (plain,))])
+    run_calls(reads_tag, [(None, (tagged,)), (None, (other,)), (None, (tagged,))])
+
+
 # ---------------------------------------------------------------------------------------------
 # process-wide torch settings
 # ---------------------------------------------------------------------------------------------

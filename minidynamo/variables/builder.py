@@ -173,9 +173,10 @@ class VariableBuilder:
         if isinstance(value, type):
             self.guard(GuardKind.ID_MATCH, value)
             return UserDefinedClassVariable(value, source)
-        # an Enum member's identity is its meaning (what `is`, `==`, `.value` and `.name` answer)
-        self.guard(GuardKind.ID_MATCH if isinstance(value, enum.Enum) else GuardKind.TYPE_MATCH,
-                   value if isinstance(value, enum.Enum) else type(value))
+        if isinstance(value, enum.Enum):  # a member's identity is its meaning: what `is`, `==`, `.value` answer
+            self.guard(GuardKind.ID_MATCH, value)
+            return UserDefinedObjectVariable(value, source)
+        self.guard(GuardKind.TYPE_MATCH, type(value))
         return UserDefinedObjectVariable(value, source)
 
 

@@ -235,7 +235,7 @@ class BuiltinVariable(VariableTracker):
         from .user_defined import UserDefinedClassVariable
 
         # the class of an existing object is reached through it, so that what is read from it is guarded
-        source = obj.source and AttrSource(obj.source, "__class__") if obj.real_object() is not None else None
+        source = AttrSource(obj.source, "__class__") if obj.source is not None and obj.real_object() is not None else None
         return UserDefinedClassVariable(obj.python_type(), source)
 
     def _call_range(self, tx, *args: VariableTracker):
@@ -437,7 +437,7 @@ def _eq_is_identity(a: VariableTracker, b: VariableTracker) -> bool:
 
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     if isinstance(obj, TensorVariable):
-        return hasattr(obj.example, name)
+        return obj.has_attribute(tx, name)
     identity = _identity_of(obj)
     if identity is not None and tx.output.side_effects.pending_attr(identity, name) is not None:
         return True

@@ -66,7 +66,7 @@ class PythonModuleVariable(VariableTracker):
         return self.module
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .builder import VariableBuilder, is_stable_module
+        from .builder import VariableBuilder, is_stable_module, is_torch_object
         from ..source import AttrSource, GetItemSource, ModuleGlobalsSource
 
         if not hasattr(self.module, name):
@@ -74,7 +74,8 @@ class PythonModuleVariable(VariableTracker):
         value = getattr(self.module, name)
         if not is_stable_module(self.module) and self.source is not None:
             return VariableBuilder(tx, AttrSource(self.source, name))(value)
-        if type(value) in (bool, int, float, str) and sys.modules.get(self.module.__name__) is self.module:
+        if (type(value) in (bool, int, float, str) and is_torch_object(self.module)
+                and sys.modules.get(self.module.__name__) is self.module):
             # a setting such as torch.backends.mkldnn.enabled, which users change between calls
             tx.output.namespaces[_MODULES_SCOPE] = sys.modules
             modules = ModuleGlobalsSource(_MODULES_SCOPE, sys.modules)

@@ -1,6 +1,7 @@
 """Tensors: each is an fx node of the output graph plus a fake tensor carrying its metadata."""
 from __future__ import annotations
 
+import inspect
 import operator
 from typing import Any, Dict, List, Optional
 
@@ -54,6 +55,11 @@ class TensorVariable(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name == "shape":
             return self.size_variable(tx)
+        if name == "is_leaf" and self.source is not None:  # not among what tensor guards check
+            from ..guards import Guard, GuardKind
+            from ..source import AttrSource
+
+            tx.output.add_guard(Guard(AttrSource(self.source, "is_leaf"), GuardKind.EQUALS_MATCH, self.example.is_leaf))
         if name in _CONSTANT_ATTRS:
             return ConstantVariable(getattr(self.example, name))
         if name in ("T", "mT", "H", "mH", "real", "imag", "grad_fn"):
@@ -62,7 +68,34 @@ class TensorVariable(VariableTracker):
             return tx.output.call_graph_op(tx, "call_function", getattr, [self, ConstantVariable(name)], {})
         if name in ("grad", "data"):
             unimplemented(f"reading .{name} of a tensor")
+        if inspect.getattr_static(torch.Tensor, name, None) is None:
+            return self._own_attribute(tx, name)
         return TensorMethodVariable(self, name)
+
+    def _own_attribute(self, tx, name: str) -> VariableTracker:
+        """An attribute set on the tensor object itself (`x.tag = ...`), read from the real input."""
+        from ..source import AttrSource
+        from .builder import VariableBuilder
+
+        real = real_input(tx, self)
+        if real is None or name not in getattr(real, "__dict__", {}):
+            unimplemented(f"reading attribute '{name}' of a tensor")
+        return VariableBuilder(tx, AttrSource(self.source, name))(real.__dict__[name])
+
+    def has_attribute(self, tx, name: str) -> bool:
+        """hasattr(tensor, name): the tensor class's attributes, else the real input's own ones."""
+        from ..guards import Guard, GuardKind
+
+        if inspect.getattr_static(torch.Tensor, name, None) is not None:
+            return True
+        if self.source is None:
+            return False  # made by the graph: nothing was set on it
+        real = real_input(tx, self)
+        if real is None:
+            unimplemented(f"hasattr on a tensor not passed to the graph ({self.source.name()})")
+        present = name in getattr(real, "__dict__", {})
+        tx.output.add_guard(Guard(self.source, GuardKind.HASATTR, (name, present)))
+        return present
 
     def size_variable(self, tx, dim: Optional[int] = None) -> VariableTracker:
         """`tensor.size(dim)`, or the whole size: constants where static, the graph input of a
@@ -112,6 +145,11 @@ class TensorVariable(VariableTracker):
         if isinstance(result, ConstantVariable) and result.value is not None and name not in _METADATA_METHODS:
             unimplemented(f"tensor.{name}() answers from state the tensor guards do not check")
         return result
+
+
+def real_input(tx, tensor: TensorVariable) -> Optional[torch.Tensor]:
+    """The real tensor behind a graph input, or None."""
+    return next((arg.example for arg in tx.output.graphargs if arg.node is tensor.node), None)
 
 
 def guard_storage_offsets(tx, tensor: TensorVariable) -> None:
