@@ -9,11 +9,6 @@ from .families import Block
 # Features whose bugs are known and still open on main: the in-suite test leaves them out, `make fuzz` keeps
 # them. Each names a bug class and the template prefixes ("family: template") that run into it.
 KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
-    "facts read without a guard: hasattr / getattr with a default on objects": (
-        "objects: if hasattr(", "objects: y = y + getattr("),
-    "patched methods, properties and __code__ on classes, instances and functions": (
-        "objects: Obj{i}.m", "objects: O{i}.m", "objects: Obj{i}.p", "objects: H{i}.__code__"),
-    "identity guards: an enum member or sentinel (global or argument) compared with is / == / in": ("identity: if ",),
     "cpp backend: an output that is a view of another output comes back as a copy; grad mode left off by a "
     "break inside no_grad": ("backend: cpp",),
 }
