@@ -43,6 +43,7 @@ from .variables import (
     VariableTracker,
     WithExitVariable,
 )
+from .variables.lists import iterate
 from .variables.sym import make_slice
 
 _TRACING_NOTE = "while minidynamo traced:"
@@ -508,11 +509,7 @@ class InstructionTranslatorBase:
     JUMP_IF_FALSE_OR_POP = _jump_or_pop(False)
 
     def GET_ITER(self, inst: Instr) -> None:
-        obj = self.pop()
-        if isinstance(obj, ListIteratorVariable):
-            self.push(obj)
-        else:
-            self.push(ListIteratorVariable(obj.unpack_var_sequence(self)))
+        self.push(iterate(self, self.pop()))
 
     def FOR_ITER(self, inst: Instr) -> None:
         iterator = self.stack[-1]

@@ -464,6 +464,41 @@ def test_live_dict_views(fn):
     run_calls(fn, same_args((rand(3),), None, lambda: GLOBAL_DICT.update(q=5), lambda: GLOBAL_DICT.pop("q")))
 
 
+def worklist(x):
+    todo, total = [1], x
+    for v in todo:  # items appended while iterating are reached
+        if v < 4:
+            todo.append(v + 1)
+        total = total + v
+    return total
+
+
+def iterator_then_append(x, lst):
+    it = iter(lst)
+    lst.append(5)
+    return x + sum(it)
+
+
+def worklist_with_a_break(x):
+    todo, total = [1], x
+    for v in todo:
+        if v < 4:
+            todo.append(v + 1)
+        if total.sum() > 100:  # data-dependent: a graph break inside the loop
+            total = total * 0
+        total = total + v
+    return total
+
+
+@pytest.mark.parametrize("fn, args", [(worklist, ()), (iterator_then_append, ([1, 2],)),
+                                      (worklist_with_a_break, ())])
+def test_iterating_a_list_that_grows(fn, args):
+    x = rand(3)
+    compiled = optimize(CompileCounter())(fn)
+    for _ in range(2):
+        assert_equal(compiled(x, *[list(a) for a in args]), fn(x, *[list(a) for a in args]))
+
+
 def returns_a_view(d, x):
     v = d.keys()
     d["new"] = x

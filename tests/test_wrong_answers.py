@@ -348,8 +348,7 @@ def int_enum_value_and_branch(x, c):
     return y - 10
 
 
-@CASES.case(*_colors(Color.RED, Color.GREEN, Color.RED), graphs=None,
-            xfail="identity of Enum members folded under a TYPE_MATCH guard (issue 13 item 2, helper facts)")
+@CASES.case(*_colors(Color.RED, Color.GREEN, Color.RED), graphs=None)
 def enum_identity_after_break(x, c):
     print("break")
     if c is Color.RED:

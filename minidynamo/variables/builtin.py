@@ -18,7 +18,7 @@ from ..guards import Guard, GuardKind
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable
+from .lists import BaseListVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable, iterate
 from .nn_module import NNModuleVariable
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
@@ -243,7 +243,7 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(range(*bounds))
 
     def _call_iter(self, tx, obj: VariableTracker):
-        return ListIteratorVariable(obj.unpack_var_sequence(tx))
+        return iterate(tx, obj)
 
     def _call_next(self, tx, iterator: VariableTracker, *default: VariableTracker):
         if not isinstance(iterator, ListIteratorVariable):

@@ -1,6 +1,7 @@
 """Tuples, lists, named tuples and iterators over them."""
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Any, Dict, List, Optional
 
@@ -119,7 +120,7 @@ class ListVariable(BaseListVariable):
         elif name == "sort":
             from .builtin import sort_items
 
-            self.items = sort_items(tx, self.items, kwargs.get("key"), kwargs.get("reverse"))
+            self.items[:] = sort_items(tx, self.items, kwargs.get("key"), kwargs.get("reverse"))
         else:
             return super().call_method(tx, name, args, kwargs)
         return ConstantVariable(None)
@@ -247,16 +248,17 @@ def _structseq_index(cls: type, name: str) -> Optional[int]:
 class ListIteratorVariable(VariableTracker):
     """An iterator over a known sequence of values; advanced by FOR_ITER and next()."""
 
-    def __init__(self, items: List[VariableTracker], index: int = 0) -> None:
+    def __init__(self, items: List[VariableTracker], index: int = 0, over: Optional["ListVariable"] = None) -> None:
         super().__init__()
         self.items = items
         self.index = index
+        self.over = over  # the list whose live items these are
 
     def describe(self) -> str:
         return "iterator"
 
     def subvalues(self) -> List[VariableTracker]:
-        return self.items[self.index :]
+        return [self.over] if self.over is not None else self.items[self.index :]
 
     def next_item(self) -> Optional[VariableTracker]:
         if self.index >= len(self.items):
@@ -274,5 +276,24 @@ class ListIteratorVariable(VariableTracker):
         return rest
 
     def reconstruct(self, codegen) -> None:
+        if self.over is not None:  # an iterator over the list itself, advanced as far as this one
+            codegen.load_function(itertools.islice)
+            codegen.load_function(iter)
+            codegen.reconstruct(self.over)
+            codegen.call(1)
+            codegen.load_const(self.index)
+            codegen.load_const(None)
+            codegen.call(3)
+            return
         TupleVariable(self.items[self.index :]).reconstruct(codegen)
         codegen.append("GET_ITER")
+
+
+def iterate(tx, obj: VariableTracker) -> ListIteratorVariable:
+    """iter(obj). An iterator over a list reads the list as it is when advanced, so items appended
+    while iterating are reached, as in Python."""
+    if isinstance(obj, ListIteratorVariable):
+        return obj
+    if isinstance(obj, ListVariable):
+        return ListIteratorVariable(obj.items, over=obj)
+    return ListIteratorVariable(obj.unpack_var_sequence(tx))
