@@ -11,7 +11,7 @@ import torch
 import torch.fx
 
 from ..exc import unimplemented
-from ..guards import Guard, GuardKind, capture_global_state
+from ..guards import Guard, GuardKind
 from ..source import CallSource, GetItemSource, ModuleGlobalsSource
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
@@ -44,18 +44,20 @@ _PURE_FUNCTIONS = _existing(
     "torch.jit.is_scripting", "torch.jit.is_tracing", "torch._C._get_tracing_state", "torch.fx._symbolic_trace.is_fx_tracing",
     "torch.nn.modules.activation._is_make_fx_tracing", "torch.compiler.is_exporting",
 )
-# Process-wide settings: answered while tracing, with the entry guarded on the global state.
+# Process-wide settings that the GLOBAL_STATE guard every entry gets (output_graph) checks: answered
+# while tracing. (Not the autocast dtypes: torch's GlobalStateGuard does not compare them.)
 _GLOBAL_STATE_READS = _existing(
     "torch.get_default_dtype", "torch.is_autocast_enabled", "torch.is_autocast_cpu_enabled",
-    "torch.are_deterministic_algorithms_enabled", "torch.is_deterministic_algorithms_warn_only_enabled",
-    "torch.autograd._profiler_enabled",
+    "torch.is_autocast_cache_enabled", "torch.are_deterministic_algorithms_enabled",
+    "torch.is_deterministic_algorithms_warn_only_enabled", "torch.get_num_threads",
+    "torch.autograd._profiler_enabled", "torch.is_inference_mode_enabled",
 )
 # Other settings, read without arguments: answered while tracing, and guarded by reading them again.
 SETTINGS = {path: fn for path in (
-    "torch.backends.mha.get_fastpath_enabled", "torch.get_num_threads", "torch.get_num_interop_threads",
-    "torch.is_inference_mode_enabled", "torch.is_anomaly_enabled", "torch.is_anomaly_check_nan_enabled",
+    "torch.backends.mha.get_fastpath_enabled", "torch.get_num_interop_threads",
+    "torch.is_anomaly_enabled", "torch.is_anomaly_check_nan_enabled",
     "torch.get_float32_matmul_precision", "torch.get_deterministic_debug_mode", "torch.is_warn_always_enabled",
-    "torch.initial_seed", "torch.is_autocast_cache_enabled", "torch.get_default_device",
+    "torch.initial_seed", "torch.get_default_device",
     "torch._C._get_cudnn_enabled", "torch._C._get_mkldnn_enabled",
 ) for fn in _existing(path)}
 SETTINGS["sys.getrecursionlimit"] = sys.getrecursionlimit
@@ -195,10 +197,8 @@ class TorchVariable(VariableTracker):
             unimplemented(f"torch.{fn.__name__}() changes global state")
         if fn is torch.Size or fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
             return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
-        if fn in _GLOBAL_STATE_READS:
-            tx.output.add_guard(Guard(None, GuardKind.GLOBAL_STATE, capture_global_state()))
+        if fn in _GLOBAL_STATE_READS or fn in _PURE_FUNCTIONS:
             return self._evaluate(args, kwargs)
-        if fn in _PURE_FUNCTIONS:
             return self._evaluate(args, kwargs)
         if id(fn) in _SETTING_PATHS and not args and not kwargs:
             return read_setting(tx, fn)
