@@ -522,14 +522,13 @@ def tensor_difference(e: torch.Tensor, c: torch.Tensor, exact: bool) -> Optional
 
 # ---- which converted frames ran ----
 
-# check function of an entry -> what converting its frame produced (graphs, guards)
-_records: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 _converted_codes: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
 
 
 def _remember(record: Any) -> None:
     if record.check is not None:
-        _records[record.check.fn] = record
+        # kept on the entry's guard set (a collectable cycle), so it dies with the entry
+        record.check.fn.frame_record = record
         _converted_codes.add(record.code)
 
 
@@ -565,7 +564,7 @@ def describe_entries(ran: Dict[int, types.CodeType]) -> str:
             if id(entry_code) not in ran:
                 continue
             lines.append(f"converted frame {_where(code)}, cache entry {index + 1} of {len(entries)}:")
-            record = _records.get(check_fn)
+            record = getattr(check_fn, "frame_record", None)
             if record is None:
                 continue
             lines.append("  guards:")

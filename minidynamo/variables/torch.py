@@ -186,8 +186,7 @@ class TorchVariable(VariableTracker):
             return GradModeVariable(fn is torch.enable_grad)
         if fn is torch.set_grad_enabled and len(args) == 1:
             return GradModeVariable.made_by_set_grad_enabled(tx, bool(args[0].as_python_constant()))
-        if fn is torch.is_grad_enabled:
-            tx.output.add_guard(Guard(None, GuardKind.GRAD_MODE, torch.is_grad_enabled()))
+        if fn is torch.is_grad_enabled:  # the entry's GLOBAL_STATE guard fixes the mode the trace started in
             return ConstantVariable(torch.is_grad_enabled())
         if fn in _IS_COMPILING:
             return ConstantVariable(True)
