@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+import minidynamo
 from minidynamo.global_state import GlobalState
 from translator_harness import REFERENCE, assert_equal, fresh_dynamo, optimize  # noqa: F401
 
@@ -342,3 +343,21 @@ def test_grad_mode_object_arguments(fn, make_ctx, grad, capsys):
 @pytest.mark.parametrize("fn", [ctx_made_before_break, set_grad_enabled_object_across_break], ids=lambda f: f.__name__)
 def test_grad_mode_objects_made_before_a_break(fn, capsys):
     check_state(fn, grad_args)
+
+
+@pytest.mark.parametrize("backend", ["eager", "cpp"])
+def test_break_inside_no_grad_leaves_grad_mode_and_gradients_as_eager(backend):
+    def fn(x):
+        with torch.no_grad():
+            print("", end="")  # a graph break inside the block
+            y = x * 2
+        return x * 3 + y
+
+    compiled = minidynamo.optimize(backend)(fn)
+    for _ in range(2):
+        x = torch.ones(2, requires_grad=True)
+        out = compiled(x)
+        assert torch.is_grad_enabled()
+        out.sum().backward()
+        assert torch.equal(x.grad, torch.full((2,), 3.0))
+        torch.testing.assert_close(out, fn(torch.ones(2)))

@@ -26,6 +26,12 @@ def has_recurrent_ops(gm: torch.fx.GraphModule) -> bool:
     return any(n.op == "call_function" and n.target in _RECURRENT for n in gm.graph.nodes)
 
 
+def sets_grad_mode(gm: torch.fx.GraphModule) -> bool:
+    """Grad-mode switches are nodes without outputs, which tracing for the kernels drops: such
+    graphs run eagerly so the mode the caller sees afterwards is eager's."""
+    return any(n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes)
+
+
 def static_tensors(example_inputs: Sequence) -> bool:
     return all(
         isinstance(t, torch.Tensor)
@@ -107,7 +113,7 @@ class CodegenBackend:
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-        if not static_tensors(example_inputs) or under_functorch(gm, example_inputs):
+        if not static_tensors(example_inputs) or under_functorch(gm, example_inputs) or sets_grad_mode(gm):
             return gm.forward
         if needs_grad(gm, example_inputs):
             if has_recurrent_ops(gm):
