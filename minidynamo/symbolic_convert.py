@@ -725,10 +725,18 @@ class InstructionTranslator(InstructionTranslatorBase):
             if not nulls[i]:
                 codegen.reconstruct(value)
                 codegen.append("STORE_FAST", f"{prefix}{i}")
+        # the instruction's inputs and the locals' values are all read before any local slot is
+        # written: a value's source may be a slot that another local's value replaces
+        for j, value in enumerate(inputs if inst is not None else []):
+            if not isinstance(value, NullVariable):
+                codegen.reconstruct(value)
+                codegen.append("STORE_FAST", f"{prefix}in{j}")
         # the locals' current values go back to their slots before any branch, so that objects
         # built here exist on both paths of a conditional jump
-        for name, value in {n: v for names in local_names.values() for n, v in names if v is not None}.items():
+        stores = {n: v for names in local_names.values() for n, v in names if v is not None}
+        for value in stores.values():
             codegen.reconstruct(value)
+        for name in reversed(list(stores)):
             codegen.append("STORE_FAST", name)
         local_names = {t: [(n, None) for n, _ in names] for t, names in local_names.items()}
         n_results = 0
@@ -737,8 +745,11 @@ class InstructionTranslator(InstructionTranslatorBase):
             try_begin = TryBegin(Label(), push_lasti=False)
             codegen.instructions.append(try_begin)
         if inst is not None:
-            for value in inputs:
-                codegen.reconstruct(value)
+            for j, value in enumerate(inputs):
+                if isinstance(value, NullVariable):
+                    codegen.append("PUSH_NULL")
+                else:
+                    codegen.append("LOAD_FAST", f"{prefix}in{j}")
             n_results = self.codegen_instruction(codegen, inst, len(inputs))
         branch_label = Label() if len(targets) == 2 else None
         if branch_label is not None:

@@ -339,6 +339,46 @@ def inplace_returns_input_alias(x):
     return y, x
 
 
+# ----------------------------------------------------------- an alias of a local that is rebound before a break
+# After the first break `y` and `a` are one object in the resume frame; `y` is then rebound, and the value of
+# `a` must not be read back from `y`'s slot when the next break stores the locals or runs the instruction.
+@CASES.case(lambda: (rand(3),), graphs=1, breaks=2)
+def alias_rebound_input_of_break(a):
+    y = a
+    print("first")
+    y = y * 2
+    show(a)
+    return y, a
+
+
+@CASES.case(lambda: (rand(3),), graphs=2, breaks=2)
+def alias_rebound_both_live(a):
+    y = a
+    print("first")
+    y = y * 2
+    print("second")
+    return y + a, a, y
+
+
+@CASES.case(lambda: (torch.ones(2, 3, dtype=torch.bool),), graphs=1,
+            reference_skip="torch 2.13 raises its own TorchRuntimeError from fake tensors here")
+def alias_rebound_inplace_raises(a):
+    y = a
+    print("first")
+    y = y * 2
+    a.add_(1)  # bool += int: eager raises here, the alias must not hide it
+    return y
+
+
+@CASES.case(lambda: (Box(0), rand(3)), graphs=1, breaks=2)
+def alias_rebound_attribute_source(box, x):
+    other = box
+    print("first")
+    other = Box(x * 2)
+    show(box.value if isinstance(box.value, torch.Tensor) else x)
+    return other.value, box.value
+
+
 # ---------------------------------------------------------------------------------------- ordering
 @CASES.case(lx, graphs=1, breaks=2)
 def ordering_list_prints(lst, x):
