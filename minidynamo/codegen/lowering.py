@@ -287,26 +287,74 @@ class GraphLowering:
 
     def lower_outputs(self, outs) -> None:
         """Outputs share memory with inputs, constants and each other exactly where eager's do:
-        a buffer is handed out again only for the storage (of the traced fake tensors) that first
-        claimed it; a clone of an input, or two equal computations, get copies of their own."""
+        outputs on one storage (of the traced fake tensors) that another output or an input also
+        has are views, with eager's sizes, strides and offsets, of one buffer holding that whole
+        storage. A buffer is handed out again only for the storage that first claimed it: a clone
+        of an input, or two equal computations, get copies of their own."""
         out_nodes, self.out_spec = tree_flatten(outs)
         owners = {self.env[n].buffer: _storage_key(n) for n in self.gm.graph.nodes
                   if n.op in ("placeholder", "get_attr") and isinstance(self.env.get(n), Strided)}
+        bases = self._shared_storage_bases(out_nodes)
         for n in out_nodes:
             v = self.env[n] if isinstance(n, torch.fx.Node) else n
             if not isinstance(v, Value):
                 self.outputs.append(OutputSpec("constant", constant=v))
                 continue
+            key = _storage_key(n)
+            base = bases.get(key)
+            if base is not None:
+                self.outputs.append(self._view_of_base(n, base, key, owners))
+                continue
             meta = n.meta.get("val")
             stride = meta.stride() if isinstance(meta, torch.Tensor) else None
             if stride is not None and not is_dense(v.size, stride):
                 stride = None
-            s = self.realize(v, stride)
-            key = _storage_key(n)
-            if owners.setdefault(s.buffer, key) != key:
-                s = self.realize(Lazy(s.size, s.dtype, s.load), stride, fresh=True)
-                owners[s.buffer] = key
+            s = self._claim(self.realize(v, stride), stride, key, owners)
             self.outputs.append(OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset))
+
+    def _claim(self, s: Strided, stride, key: Any, owners: Dict[str, Any]) -> Strided:
+        """`s`, or a fresh copy of it when its buffer already belongs to another storage."""
+        if owners.setdefault(s.buffer, key) != key:
+            s = self.realize(Lazy(s.size, s.dtype, s.load), stride, fresh=True)
+            owners[s.buffer] = key
+        return s
+
+    def _shared_storage_bases(self, out_nodes: Sequence[Any]) -> Dict[Any, torch.fx.Node]:
+        """Storage -> the node whose value is that whole storage (an input or constant, or the
+        first node writing it), for the storages outputs must share: those of two outputs or of
+        an output and an input."""
+        count: Dict[Any, int] = {}
+        for n in out_nodes:
+            if isinstance(n, torch.fx.Node) and isinstance(n.meta.get("val"), torch.Tensor):
+                count[_storage_key(n)] = count.get(_storage_key(n), 0) + 1
+        bases: Dict[Any, torch.fx.Node] = {}
+        for n in self.gm.graph.nodes:
+            key = _storage_key(n)
+            if key not in count or key in bases or not isinstance(self.env.get(n), Value):
+                continue
+            bases[key] = n
+            is_input = n.op in ("placeholder", "get_attr")
+            if not (is_input and isinstance(self.env[n], Strided)) and (
+                    count[key] < 2 or not _covers_storage(n.meta["val"])):
+                bases[key] = None  # the first writer is not the whole storage: no views of it
+        return {k: b for k, b in bases.items() if b is not None}
+
+    def _view_of_base(self, n: torch.fx.Node, base: torch.fx.Node, key: Any,
+                      owners: Dict[str, Any]) -> OutputSpec:
+        meta, base_meta = n.meta["val"], base.meta["val"]
+        stride = tuple(base_meta.stride())
+        s = self.realize(self.env[base], stride)
+        if any(have != want and size != 1 for have, want, size in zip(s.stride, stride, s.size)):
+            s = self.realize(Lazy(s.size, s.dtype, s.load), stride, fresh=True)
+        s = self._claim(s, stride, key, owners)
+        offset = s.offset + meta.storage_offset() - base_meta.storage_offset()
+        return OutputSpec("buffer", s.buffer, tuple(meta.shape), tuple(meta.stride()), offset)
+
+
+def _covers_storage(t: torch.Tensor) -> bool:
+    """`t` is its storage's every element, each once (so views of the storage are views of `t`)."""
+    return (t.storage_offset() == 0 and is_dense(t.shape, t.stride())
+            and t.numel() * t.element_size() == t.untyped_storage().nbytes())
 
 
 _SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")

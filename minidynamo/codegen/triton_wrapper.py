@@ -157,6 +157,8 @@ class TritonGraph(CompiledGraph):
         fixed = []
         for buf, t in zip(self.inputs, args):
             if not _strides_match(t, buf.size, buf.stride) and is_dense(buf.size, buf.stride):
+                if buf.name in self.aliased:
+                    return self.fallback(*args)
                 t = torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
             fixed.append(t)
         return super().__call__(*fixed)

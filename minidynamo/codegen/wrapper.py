@@ -75,6 +75,9 @@ class CompiledGraph:
         self.constants = dict(lowering.constants)
         self.outputs: List[OutputSpec] = lowering.outputs
         self.out_spec = lowering.out_spec
+        # Inputs some output is a view of: a relayout copy would make that output a view of
+        # the copy, so inputs laid out otherwise than compiled for run eagerly.
+        self.aliased = {o.buffer for o in self.outputs if o.kind == "buffer"} & {b.name for b in self.inputs}
         self._plan = self._build_plan(emitted)
 
     @property
@@ -114,10 +117,10 @@ class CompiledGraph:
     def _run(self, args: Sequence[torch.Tensor]) -> Any:
         env: Dict[str, Any] = dict(self.constants)
         for buf, t in zip(self.inputs, args):
-            t = _relayout(t, buf)
-            if t is None:
+            fixed = _relayout(t, buf)
+            if fixed is None or (fixed is not t and buf.name in self.aliased):
                 return self.fallback(*args)
-            env[buf.name] = t
+            env[buf.name] = fixed
         nthreads = torch.get_num_threads()
         for call in self._plan:
             call(env, nthreads)
@@ -267,8 +270,11 @@ class CppGraph(CompiledGraph):
         for buf, name in zip(self.inputs, names):
             b = const(buf)
             lines.append(f"    if {name}.stride() != {tuple(buf.stride)!r}:")
-            lines.append(f"        {name} = _fix_input({name}, {b})")
-            lines.append(f"        if {name} is None: return _fallback(*args)")
+            if buf.name in self.aliased:
+                lines.append(f"        if _fix_input({name}, {b}) is not {name}: return _fallback(*args)")
+            else:
+                lines.append(f"        {name} = _fix_input({name}, {b})")
+                lines.append(f"        if {name} is None: return _fallback(*args)")
             exact[buf.name] = False
         for cname, value in self.constants.items():
             g[v(cname)] = value
