@@ -15,9 +15,11 @@ static _PyFrameEvalFunction previous_eval = NULL;
 static int cache_size_limit = 8;
 static PyObject *cache_limit_hook = NULL; /* called with the FrameInfo when a code reaches the limit */
 static int lookup_depth = 0;
+static PyObject *RerunFrame = NULL; /* a BaseException, so no `except Exception` in the frame takes it */
+static PyObject *rerun_hook = NULL; /* called with the graph's error before a frame is re-run eagerly */
 
 static struct {
-    unsigned long long frames, hits, misses, compiles, skips, limit_hits;
+    unsigned long long frames, hits, misses, compiles, skips, limit_hits, reruns;
 } stats;
 
 static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag);
@@ -176,6 +178,57 @@ done:
     return entry;
 }
 
+void rerun_request(void)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyErr_SetObject(RerunFrame, value); /* RerunFrame(error): kept for the rerun hook */
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+}
+
+/* Takes the pending RerunFrame and hands the graph's error to the rerun hook, if one is set. */
+static int consume_rerun(void)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    int rc = 0;
+    if (rerun_hook != NULL && value != NULL) {
+        PyObject *args = PyObject_GetAttrString(value, "args");
+        PyObject *error = args != NULL && PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 1
+                              ? PyTuple_GET_ITEM(args, 0) : Py_None;
+        PyObject *r = args != NULL ? PyObject_CallOneArg(rerun_hook, error) : NULL;
+        rc = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+        Py_XDECREF(args);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return rc;
+}
+
+/* Runs a cache entry's code on the frame's arguments. A compiled graph that raised before its frame
+ * did anything else visible asks (rerun_request) for the frame to run eagerly instead: what eager
+ * does before the error (side effects, an except clause around it) then happens as in eager. */
+static PyObject *run_entry(PyThreadState *ts, CacheEntry *entry, struct _PyInterpreterFrame *f)
+{
+    PyObject *result = frame_call_entry(entry, f);
+    if (result != NULL || !PyErr_ExceptionMatches(RerunFrame))
+        return result;
+    stats.reruns++;
+    if (consume_rerun() < 0)
+        return NULL;
+    return previous_eval(ts, f, 0);
+}
+
 static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *f, PyObject *callback)
 {
     PyCodeObject *code = frame_code(f);
@@ -203,7 +256,7 @@ static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *
     CacheEntry *entry = install_entry(code, guarded, callback);
     Py_DECREF(guarded);
     Py_DECREF(callback);
-    return entry == NULL ? NULL : frame_call_entry(entry, f);
+    return entry == NULL ? NULL : run_entry(ts, entry, f);
 }
 
 static PyObject *eval_unhooked(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
@@ -237,7 +290,7 @@ static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, i
             return NULL;
         if (hit != NULL) {
             stats.hits++;
-            return frame_call_entry(hit, f);
+            return run_entry(ts, hit, f);
         }
     }
     stats.misses++;
@@ -412,14 +465,26 @@ static PyObject *set_cache_size_limit(PyObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static PyObject *set_cache_limit_hook(PyObject *self, PyObject *hook)
+/* Sets a hook slot; returns the previous hook (None when unset). */
+static PyObject *set_hook(PyObject **slot, PyObject *hook)
 {
     if (hook != Py_None && !PyCallable_Check(hook)) {
-        PyErr_SetString(PyExc_TypeError, "the cache limit hook must be callable or None");
+        PyErr_SetString(PyExc_TypeError, "a hook must be callable or None");
         return NULL;
     }
-    Py_XSETREF(cache_limit_hook, hook == Py_None ? NULL : Py_NewRef(hook));
-    Py_RETURN_NONE;
+    PyObject *previous = *slot != NULL ? *slot : Py_NewRef(Py_None);
+    *slot = hook == Py_None ? NULL : Py_NewRef(hook);
+    return previous;
+}
+
+static PyObject *set_cache_limit_hook(PyObject *self, PyObject *hook)
+{
+    return set_hook(&cache_limit_hook, hook);
+}
+
+static PyObject *set_rerun_hook(PyObject *self, PyObject *hook)
+{
+    return set_hook(&rerun_hook, hook);
 }
 
 static PyObject *get_cache_size_limit(PyObject *self, PyObject *unused)
@@ -431,10 +496,10 @@ static PyObject *get_stats(PyObject *self, PyObject *unused)
 {
     Py_ssize_t extras, entries;
     cache_live_counts(&extras, &entries);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:n}", "frames", stats.frames, "hits",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n,s:n}", "frames", stats.frames, "hits",
                          stats.hits, "misses", stats.misses, "compiles", stats.compiles, "skips",
-                         stats.skips, "limit_hits", stats.limit_hits, "live_code_extras", extras,
-                         "live_entries", entries);
+                         stats.skips, "limit_hits", stats.limit_hits, "reruns", stats.reruns,
+                         "live_code_extras", extras, "live_entries", entries);
 }
 
 static PyObject *reset_stats(PyObject *self, PyObject *unused)
@@ -461,7 +526,11 @@ static PyMethodDef methods[] = {
     {"set_cache_size_limit", set_cache_size_limit, METH_O, "Entries per code object."},
     {"get_cache_size_limit", get_cache_size_limit, METH_NOARGS, "Entries per code object."},
     {"set_cache_limit_hook", set_cache_limit_hook, METH_O,
-     "Call hook(frame_info) (instead of warning) the first time a code object reaches the limit."},
+     "Call hook(frame_info) (instead of warning) the first time a code object reaches the limit; "
+     "returns the previous hook."},
+    {"set_rerun_hook", set_rerun_hook, METH_O,
+     "Call hook(error) with a compiled graph's error each time its frame is re-run eagerly (None: off); "
+     "returns the previous hook."},
     {"stats", get_stats, METH_NOARGS, "Counters of the hook."},
     {"strict_equal", guards_strict_equal, METH_VARARGS,
      "The equality EQUALS_MATCH guards check: same types element by element, floats bit for bit."},
@@ -481,6 +550,14 @@ PyMODINIT_FUNC PyInit__C(void)
     if (module == NULL)
         return NULL;
     if (frame_init_types(module) < 0 || wrapper_init_type(module) < 0 || guards_init_types(module) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    RerunFrame = PyErr_NewExceptionWithDoc("minidynamo._C.RerunFrame",
+                                           "Internal: the frame's compiled graph raised; run the frame eagerly.",
+                                           PyExc_BaseException, NULL);
+    if (RerunFrame == NULL || PyModule_AddObjectRef(module, "RerunFrame", RerunFrame) < 0) {
+        Py_CLEAR(RerunFrame);
         Py_DECREF(module);
         return NULL;
     }

@@ -10,7 +10,7 @@
 #include <structmember.h>
 
 enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST };
-enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL, CHK_HASATTR, CHK_CONTAINS };
+enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL, CHK_HASATTR, CHK_CONTAINS, CHK_DISTINCT };
 
 #define STACK_VALUES 64
 
@@ -44,7 +44,7 @@ static PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|Onp:GuardCheck", names, &kind, &expected, &expected2,
                                      &length, &weak))
         return NULL;
-    if (kind < CHK_TYPE || kind > CHK_CONTAINS) {
+    if (kind < CHK_TYPE || kind > CHK_DISTINCT) {
         PyErr_Format(PyExc_ValueError, "unknown guard check kind %d", kind);
         return NULL;
     }
@@ -204,13 +204,18 @@ static PyObject *check_target(GuardCheck *c, int *dead)
 
 static int has_attr(PyObject *obj, PyObject *name)
 {
+    /* A name missing from a class is the common case: found absent along the (cached) MROs of the
+     * class and its metaclass, without raising and clearing an AttributeError. */
+    if (PyType_Check(obj) && Py_TYPE(obj)->tp_getattro == PyType_Type.tp_getattro && PyUnicode_CheckExact(name) &&
+        _PyType_Lookup((PyTypeObject *)obj, name) == NULL && _PyType_Lookup(Py_TYPE(obj), name) == NULL)
+        return 0;
     PyObject *attr;
     int found = _PyObject_LookupAttr(obj, name, &attr);
     Py_XDECREF(attr);
     return found;
 }
 
-/* 1 pass, 0 fail, -1 error; `other` is the second value of CHK_ALIAS. `*dead` is set when a
+/* 1 pass, 0 fail, -1 error; `other` is the second value of CHK_ALIAS and CHK_DISTINCT. `*dead` is set when a
  * weakly held object has died (the entry can never pass again). */
 static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
 {
@@ -236,6 +241,8 @@ static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
         return dict_keys_equal(value, c->expected);
     case CHK_ALIAS:
         return other != NULL && value == other;
+    case CHK_DISTINCT:
+        return other != NULL && value != other;
     case CHK_HASATTR:
         found = has_attr(value, c->expected);
         return found < 0 ? -1 : found == (c->expected2 == Py_True);
@@ -652,7 +659,7 @@ int guards_init_types(PyObject *module)
         {"ACC_LOCAL", ACC_LOCAL}, {"ACC_GLOBAL", ACC_GLOBAL}, {"ACC_ATTR", ACC_ATTR}, {"ACC_ITEM", ACC_ITEM},
         {"ACC_CONST", ACC_CONST}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
         {"CHK_LEN", CHK_LEN}, {"CHK_DICT_KEYS", CHK_DICT_KEYS}, {"CHK_ALIAS", CHK_ALIAS}, {"CHK_CALL", CHK_CALL},
-        {"CHK_HASATTR", CHK_HASATTR}, {"CHK_CONTAINS", CHK_CONTAINS},
+        {"CHK_HASATTR", CHK_HASATTR}, {"CHK_CONTAINS", CHK_CONTAINS}, {"CHK_DISTINCT", CHK_DISTINCT},
     };
     for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)

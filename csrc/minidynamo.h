@@ -65,6 +65,9 @@ int frame_init_types(PyObject *module);
 PyObject *callback_swap(PyObject *callback);
 int callback_check(PyObject *callback); /* -1 with TypeError unless None, False or callable */
 size_t c_stack_left(void);              /* bytes of this thread's C stack below the caller */
+/* Turns a pending Exception (not a BaseException such as KeyboardInterrupt) into the request to run
+ * the frame of the cache entry being called again, eagerly from its start. */
+void rerun_request(void);
 
 /* ---- wrapper.c ---- */
 int wrapper_init_type(PyObject *module);

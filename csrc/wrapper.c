@@ -1,7 +1,9 @@
-/* CallbackWrapper(fn, callback): calls fn with this thread's callback set to `callback`.
+/* CallbackWrapper(fn, callback, rerun=False): calls fn with this thread's callback set to `callback`.
  *
- * This is what `optimize(...)(fn)` and `disable(fn)` return. Written in C so the
- * wrapper adds no Python frame (and no packing of star-arguments) to the cached path. */
+ * This is what `optimize(...)(fn)` and `disable(fn)` return, and what generated code calls a compiled
+ * graph through. Written in C so the wrapper adds no Python frame (and no packing of star-arguments)
+ * to the cached path. With `rerun`, an Exception from fn asks for the calling frame to be run again
+ * eagerly (see rerun_request). */
 #include "minidynamo.h"
 
 #include <structmember.h>
@@ -15,6 +17,7 @@ typedef struct {
     PyObject *dict;
     PyObject *weakreflist;
     vectorcallfunc vectorcall;
+    int rerun;
 } CallbackWrapper;
 
 static PyObject *wrapper_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
@@ -32,13 +35,17 @@ static PyObject *wrapper_vectorcall(PyObject *self, PyObject *const *args, size_
     PyObject *ours = callback_swap(previous);
     Py_XDECREF(ours);
     Py_DECREF(fn);
+    if (result == NULL && w->rerun)
+        rerun_request();
     return result;
 }
 
 static PyObject *wrapper_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
+    static char *kwlist[] = {"fn", "callback", "rerun", NULL};
     PyObject *fn, *callback;
-    if (!PyArg_ParseTuple(args, "OO:CallbackWrapper", &fn, &callback))
+    int rerun = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|p:CallbackWrapper", kwlist, &fn, &callback, &rerun))
         return NULL;
     if (!PyCallable_Check(fn)) {
         PyErr_SetString(PyExc_TypeError, "CallbackWrapper needs a callable");
@@ -52,6 +59,7 @@ static PyObject *wrapper_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     w->fn = Py_NewRef(fn);
     w->callback = Py_NewRef(callback);
     w->vectorcall = wrapper_vectorcall;
+    w->rerun = rerun;
     return (PyObject *)w;
 }
 
@@ -92,6 +100,8 @@ static PyMemberDef wrapper_members[] = {
     {"fn", T_OBJECT, offsetof(CallbackWrapper, fn), READONLY, "the wrapped callable"},
     {"callback", T_OBJECT, offsetof(CallbackWrapper, callback), READONLY,
      "the callback set while it runs"},
+    {"rerun", T_INT, offsetof(CallbackWrapper, rerun), READONLY,
+     "whether an Exception from fn re-runs the calling frame eagerly"},
     {"__dictoffset__", T_PYSSIZET, offsetof(CallbackWrapper, dict), READONLY},
     {"__weaklistoffset__", T_PYSSIZET, offsetof(CallbackWrapper, weakreflist), READONLY},
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(CallbackWrapper, vectorcall), READONLY},
@@ -109,7 +119,7 @@ static PyTypeObject CallbackWrapperType = {
     .tp_basicsize = sizeof(CallbackWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
                 Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "CallbackWrapper(fn, callback): call fn with this thread's eval-frame callback set.",
+    .tp_doc = "CallbackWrapper(fn, callback, rerun=False): call fn with this thread's eval-frame callback set.",
     .tp_new = wrapper_new,
     .tp_dealloc = (destructor)wrapper_dealloc,
     .tp_traverse = (traverseproc)wrapper_traverse,

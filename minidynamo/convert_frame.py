@@ -133,7 +133,8 @@ _C.set_cache_limit_hook(_on_cache_limit)
 
 def stats() -> Dict[str, int]:
     """Counters since the last reset(): frames seen by the hook, frames compiled, cache hits and
-    misses, recompiles, graph breaks, frames left unconverted."""
+    misses, recompiles, graph breaks, frames left unconverted, frames run eagerly because their
+    compiled graph raised."""
     hook = _C.stats()
     return {
         "frames_seen": hook["frames"],
@@ -143,6 +144,7 @@ def stats() -> Dict[str, int]:
         "recompiles": counters["recompiles"],
         "graph_breaks": counters["graph_breaks"],
         "unconverted": counters["unconverted"],
+        "eager_reruns": hook["reruns"],
     }
 
 

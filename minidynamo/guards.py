@@ -38,7 +38,8 @@ class GuardKind(enum.Enum):
     NN_MODULE = "NN_MODULE"
     GRAD_MODE = "GRAD_MODE"
     GLOBAL_STATE = "GLOBAL_STATE"  # source None; value: a GlobalState captured when the trace began
-    ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor this one must be
+    ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor or container this one must be
+    DISTINCT_FROM = "DISTINCT_FROM"  # value: the source of a container this one must not be
     SHAPE_ENV = "SHAPE_ENV"  # value: Python expressions over L and G relating symbolic sizes
 
     @property
@@ -425,23 +426,42 @@ class TensorMatch(KindRule):
         return TensorSpec.of(value) if isinstance(value, torch.Tensor) else value
 
 
-@rule(GuardKind.ALIAS_OF)
-class AliasOf(KindRule):
+class _SameObjectAs(KindRule):
+    """The value at the guard's source is (`same`) or is not the value at another source."""
+
+    same: bool
+    c_check: int
+
     def render(self, guard: Guard) -> List[str]:
-        return [f"{guard.name} is {guard.value.name()}"]
+        return [f"{guard.name} {'is' if self.same else 'is not'} {guard.value.name()}"]
 
     def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
         other = guard.value.name()
-        if value is not eval(other, scope):
+        if (value is eval(other, scope)) == self.same:
+            return None
+        if self.same:
             return f"{guard.name} is no longer the same tensor as {other}"
-        return None
+        return f"{guard.name} is now the same object as {other}"
+
+    def dedupe_key(self, guard: Guard) -> Tuple:
+        return (guard.name, guard.kind, guard.value.name())
 
     def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
-        check = b.check((guard.name, "alias", guard.value.name()), _C.CHK_ALIAS, None)
+        check = b.check((guard.name, guard.kind.value, guard.value.name()), self.c_check, None)
         b.item(check, b.accessor(guard.source), b.accessor(guard.value))
 
     def python_terms(self, guard: Guard, index: int) -> List[str]:  # evaluates the other source too
         return [f"___reason(___guards[{index}], {guard.name}, {{**___namespaces, 'L': L, 'G': G}}) is None"]
+
+
+@rule(GuardKind.ALIAS_OF)
+class AliasOf(_SameObjectAs):
+    same, c_check = True, _C.CHK_ALIAS
+
+
+@rule(GuardKind.DISTINCT_FROM)
+class DistinctFrom(_SameObjectAs):
+    same, c_check = False, _C.CHK_DISTINCT
 
 
 @rule(GuardKind.GRAD_MODE)

@@ -11,9 +11,10 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import eval_frame
+from . import _C
 from .dynamic_shapes import (
     ShapeEnvSource,
     SizeSource,
@@ -42,6 +43,13 @@ from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, specialize
 from .variables.tensor import TensorVariable
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
+# Functions and methods that draw random numbers (in-place ones are found as mutations)
+_RANDOM_OPS = frozenset({
+    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
+    "multinomial", "normal", "poisson", "binomial", "_standard_gamma", "_sample_dirichlet", "rrelu",
+    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+    "feature_dropout", "native_dropout", "gumbel_softmax", "fractional_max_pool2d", "fractional_max_pool3d",
+})
 
 
 @dataclass
@@ -85,6 +93,8 @@ class OutputGraph:
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
+        # whether running the graph changes anything but its outputs (tensors in place, the RNG)
+        self.has_effects = False
         # what the frame was entered with: every entry depends on it (the trace may change it)
         self.add_guard(Guard(None, GuardKind.GLOBAL_STATE, capture_global_state()))
 
@@ -207,6 +217,9 @@ class OutputGraph:
         node_args, node_kwargs = _as_node_arg(tuple(args)), _as_node_arg(kwargs)
         _check_representable((node_args, node_kwargs))
         fake_args, fake_kwargs = _as_example(tuple(args)), _as_example(kwargs)
+        name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        versions = [(t, t._version) for t in pytree.tree_leaves((fake_args, fake_kwargs))
+                    if isinstance(t, torch.Tensor)]
         try:
             with self.fake_mode(tx):
                 if op == "call_method":
@@ -214,8 +227,9 @@ class OutputGraph:
                 else:
                     example = target(*fake_args, **fake_kwargs)
         except Exception as e:  # what eager would raise is raised again when the frame runs eagerly
-            name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
             unimplemented(f"{name}() cannot be traced: {type(e).__name__}: {e}")
+        if name in _RANDOM_OPS or any(t._version != v for t, v in versions):
+            self.has_effects = True
         example = specialized_value(example)
         if is_constant_value(example) and example is not None:
             return ConstantVariable(example)
@@ -270,6 +284,7 @@ class OutputGraph:
         """Code that runs the compiled graph (keeping the outputs `live_values` need) and then
         replays the recorded side effects."""
         self.finalize_shape_guards()
+        self.guard_mutated_containers_distinct()
         codegen = PyCodegen(self.code)
         outputs = _graph_outputs([*live_values, *self.side_effects.values()])
         self._remove_unused_size_ops({v.node for v in outputs})
@@ -277,6 +292,16 @@ class OutputGraph:
             self.call_compiled_graph(codegen, outputs)
         self.side_effects.codegen(codegen)
         return codegen
+
+    def guard_mutated_containers_distinct(self) -> None:
+        """Each container the trace mutates was another object than every other container of its
+        type it read: the trace relies on that (the same list passed twice sees both appends)."""
+        read = [(type(value), var) for value, var in self.tracked_containers.values() if var.source is not None]
+        kinds = {id(var): kind for kind, var in read}
+        for mutated in self.side_effects.mutated_containers():
+            for kind, other in read:
+                if other is not mutated and kind is kinds.get(id(mutated)):
+                    self.add_guard(Guard(mutated.source, GuardKind.DISTINCT_FROM, other.source))
 
     def _remove_unused_size_ops(self, outputs: Set[torch.fx.Node]) -> None:
         """Drop computations of symbolic sizes whose results nothing uses (the comparisons of
@@ -301,7 +326,9 @@ class OutputGraph:
         self.compiled.append(CompiledGraph(graph_module, time.perf_counter() - start))
         if any(n.target is torch._C._set_grad_enabled for n in self.graph.nodes):
             compiled = _restoring_grad_mode(compiled)
-        codegen.load_function(eval_frame.disable(compiled))
+        # the graph runs first in the generated code: if it raises having changed nothing, the frame
+        # can run eagerly instead, doing what eager does before the error (side effects, except clauses)
+        codegen.load_function(_C.CallbackWrapper(compiled, None, rerun=not self.has_effects))
         for arg in self.graphargs:
             arg.source.reconstruct(codegen)
         codegen.call(len(self.graphargs))

@@ -139,6 +139,9 @@ class SideEffects:
     def mutate_container(self, container: VariableTracker) -> None:
         self.effects.setdefault(("container", id(container)), MutateContainer(container))
 
+    def mutated_containers(self) -> List[VariableTracker]:
+        return [effect.container for effect in self.effects.values() if isinstance(effect, MutateContainer)]
+
     def values(self) -> List[VariableTracker]:
         return [v for effect in self.effects.values() for v in effect.values()]
 

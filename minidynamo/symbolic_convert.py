@@ -31,6 +31,7 @@ from .variables import (
     GradModeVariable,
     ConstantVariable,
     ConstDictVariable,
+    IteratorVariable,
     ListIteratorVariable,
     ListVariable,
     NestedUserFunctionVariable,
@@ -513,9 +514,9 @@ class InstructionTranslatorBase:
 
     def FOR_ITER(self, inst: Instr) -> None:
         iterator = self.stack[-1]
-        if not isinstance(iterator, ListIteratorVariable):
+        if not isinstance(iterator, IteratorVariable):
             unimplemented(f"iterating over {iterator.describe()}")
-        item = iterator.next_item()
+        item = iterator.next_item(self)
         if item is None:
             self.pop()
             self.jump(inst)

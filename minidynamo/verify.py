@@ -640,17 +640,24 @@ def run_eager(fn: Callable, args: tuple, kwargs: dict, slots: List[_Slot], copie
 
 
 def run_compiled(fn: Callable, args: tuple, kwargs: dict, callback: Any, ran: Dict[int, types.CodeType]) -> Outcome:
-    """Run with `callback` set, collecting the codes run into `ran`; printed output is passed on."""
+    """Run with `callback` set, collecting the codes run into `ran`; printed output is passed on. A
+    compiled graph that raised (its frame then re-ran eagerly) counts as the call raising, unless
+    the call raised anyway: a graph raising where eager returns is a bug that re-running hides."""
     outcome = Outcome()
     stdout = io.StringIO()
     compiles = _C.stats()["compiles"]
+    graph_errors: List[BaseException] = []
+    previous_hook = _C.set_rerun_hook(graph_errors.append)
     try:
         with codes_run(ran), contextlib.redirect_stdout(stdout):
             outcome.run(fn, args, kwargs, callback)
     finally:
+        _C.set_rerun_hook(previous_hook)
         outcome.compiled_frames = _C.stats()["compiles"] - compiles
         outcome.stdout = stdout.getvalue()
         sys.stdout.write(outcome.stdout)
+    if graph_errors and outcome.exc is None:
+        outcome.exc = graph_errors[0]
     return outcome
 
 

@@ -57,6 +57,7 @@ _obj, _mod, _t = Thing(), torch.nn.Linear(2, 2), torch.randn(3)
 nothing = contextlib.nullcontext
 
 # kind -> (guards (made when the test runs), passing (v, w), failing (v, w), state the failing call runs in, rendered text, reason)
+_shared = []
 CASES = {
     GuardKind.TYPE_MATCH: (lambda: [Guard(V, GuardKind.TYPE_MATCH, Thing)], (Thing(), 0), (Other(), 0), nothing,
                            "type(L['v']) is Thing", "L['v'] type mismatch: expected Thing, got Other"),
@@ -85,6 +86,8 @@ CASES = {
                              "global state changed: deterministic_algorithms (expected False, got True)"),
     GuardKind.ALIAS_OF: (lambda: [Guard(W, GuardKind.ALIAS_OF, V)], (_t, _t), (_t, torch.randn(3)), nothing,
                          "L['w'] is L['v']", "L['w'] is no longer the same tensor as L['v']"),
+    GuardKind.DISTINCT_FROM: (lambda: [Guard(W, GuardKind.DISTINCT_FROM, V)], ([], []), (_shared, _shared), nothing,
+                              "L['w'] is not L['v']", "L['w'] is now the same object as L['v']"),
     GuardKind.SHAPE_ENV: (lambda: [Guard(None, GuardKind.SHAPE_ENV, ["L['v'].size()[0] == L['w'].size()[0]"])],
                           (torch.randn(3), torch.randn(3)), (torch.randn(3), torch.randn(4)), nothing,
                           "L['v'].size()[0] == L['w'].size()[0]", "shape guard failed: L['v'].size()[0] == L['w'].size()[0]"),

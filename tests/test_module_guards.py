@@ -454,6 +454,41 @@ def test_hasattr_and_getattr_default_see_changes(name):
     check_change(Probe, HASATTR_CHANGES[name], x4(), recompiles=None)
 
 
+def _local_gain_probe():
+    """A module whose class (and base class) belong to this test alone: they get attributes added."""
+    class LocalBase(nn.Module):
+        pass
+
+    class GainProbe(LocalBase):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.gain = 2.0
+
+        def forward(self, x):
+            y = self.lin(x) * getattr(self, "scale", 1.0) * self.gain
+            if hasattr(self, "extra"):
+                y = y + self.extra
+            return y
+
+    return GainProbe()
+
+
+CLASS_ATTRIBUTES_ADDED = {  # Python finds these before the instance's own attributes or Module.__getattr__
+    "property_over_instance_attribute": lambda m: setattr(type(m), "gain", property(lambda self: 5.0)),
+    "property_over_submodule": lambda m: setattr(type(m), "lin", property(lambda self: torch.nn.Identity())),
+    "class_value_for_getattr_default": lambda m: setattr(type(m), "scale", 4.0),
+    "class_value_for_hasattr": lambda m: setattr(type(m), "extra", 0.5),
+    "property_on_the_base_class": lambda m: setattr(type(m).__mro__[1], "gain", property(lambda self: 7.0)),
+}
+
+
+@reference_only_skip("torch 2.13 does not see a class attribute added after the first call")
+@pytest.mark.parametrize("name", list(CLASS_ATTRIBUTES_ADDED))
+def test_class_attribute_added_later_is_seen(name, backend):
+    check_change(_local_gain_probe, CLASS_ATTRIBUTES_ADDED[name], x4(), recompiles=True, backend=backend)
+
+
 def test_attribute_counter_stored_by_the_compiled_call():
     """`self.count = getattr(self, "count", 0) + 1`: every call sees the previous call's store."""
     class Count(nn.Module):

@@ -557,6 +557,117 @@ def aliased_list_before_branch(x):
     return len(b), a is b
 
 
+# ------------------------------------------------------- containers passed distinct, then the same
+def _two_lists():
+    return [], [], rand(2)
+
+
+def _one_list_twice():
+    shared = []
+    return shared, shared, rand(2)
+
+
+TORCH_DISTINCT = "torch 2.13 does not guard that containers it mutates stay distinct objects"
+
+
+@CASES.case(_two_lists, _one_list_twice, _two_lists, graphs=None, reference_skip=TORCH_DISTINCT)
+def same_list_passed_twice_later(a, b, x):
+    a.append(x)
+    b.append(x + 1)
+    return len(a), len(b), x * len(b)
+
+
+def _two_dicts():
+    return {"k": 0}, {"k": 0}, rand(2)
+
+
+def _one_dict_twice():
+    shared = {"k": 0}
+    return shared, shared, rand(2)
+
+
+@CASES.case(_two_dicts, _one_dict_twice, graphs=None, reference_skip=TORCH_DISTINCT)
+def same_dict_passed_twice_later(d, e, x):
+    d["k"] = d["k"] + 1
+    e["k"] = e["k"] + 10
+    return x + d["k"], dict(e)
+
+
+@CASES.case(lambda: ([1, 2], {"a": 1}, rand(2)), lambda: ([3], {"b": 2}, rand(2)), graphs=None)
+def containers_of_other_types_need_no_guard(lst, d, x):
+    lst.append(len(d))
+    d["n"] = len(lst)
+    return x + len(lst)
+
+
+# ------------------------------------------------------------- iterating while the loop changes it
+@CASES.case(lambda: ([rand(2)], rand(2)), graphs=None)
+def enumerate_over_a_growing_list(lst, x):
+    out = []
+    for i, v in enumerate(lst, 10):
+        if i < 13:
+            lst.append(v + 1)
+        out.append(v * x)
+    return out
+
+
+@CASES.case(lambda: ([rand(2)], [rand(2)] * 3, rand(2)), graphs=None)
+def zip_over_a_growing_list(a, b, x):
+    acc = x
+    for p, q in zip(a, b):
+        acc = acc + p * q
+        if len(a) < 3:
+            a.append(p * 2)
+    return acc, len(a)
+
+
+@CASES.case(lambda: ([rand(2)], rand(2)), graphs=None)
+def enumerate_growing_list_with_a_break(lst, x):
+    out = []
+    for i, v in enumerate(lst):
+        print("at", i)
+        if i < 2:
+            lst.append(v + 1)
+        out.append(v * x)
+    return out
+
+
+@CASES.case(lambda: ([1, 2, 3], [4, 5], rand(2)), graphs=None)
+def zip_consumes_like_python(a, b, x):
+    it = iter(a)
+    pairs = list(zip(it, b))
+    return x + len(pairs), list(it)
+
+
+@CASES.case(lambda: ([1, 2], [3, 4], rand(2)), lambda: ([1, 2], [3], rand(2)), graphs=None)
+def zip_strict(a, b, x):
+    total = x
+    for p, q in zip(a, b, strict=True):
+        total = total + p * q
+    return total
+
+
+@CASES.case(lambda: ({"a": 1}, rand(2)), graphs=None)
+def dict_grows_while_iterated(d, x):
+    for k in d:
+        d[k + "z"] = x
+    return x
+
+
+@CASES.case(lambda: ({1, 2}, rand(2)), graphs=None)
+def set_grows_while_iterated(s, x):
+    for k in s:
+        s.add(k + 10)
+    return x
+
+
+@CASES.case(lambda: ({"a": 1, "b": 2}, rand(2)), graphs=None)
+def dict_values_replaced_while_iterated(d, x):
+    for k in d.keys():
+        d[k] = d[k] * 2
+    return x + d["a"] + d["b"]
+
+
 @pytest.mark.parametrize("case", CASES.params())
 def test_wrong_answers(case):
     case.run()

@@ -4,7 +4,8 @@ from .builtin import BuiltinVariable
 from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, NamedTupleVariable, SetVariable, TupleVariable
+from .lists import (BaseListVariable, IteratorVariable, ListIteratorVariable, ListVariable, NamedTupleVariable,
+                    SetVariable, TupleVariable)
 from .misc import CellVariable, GradModeVariable, NullVariable, PythonModuleVariable, WithExitVariable
 from .nn_module import NNModuleVariable
 from .sym import SymNodeVariable
@@ -20,6 +21,7 @@ __all__ = [
     "ConstDictVariable",
     "ConstantVariable",
     "GradModeVariable",
+    "IteratorVariable",
     "ListIteratorVariable",
     "ListVariable",
     "NNModuleVariable",

@@ -18,7 +18,8 @@ from ..guards import Guard, GuardKind
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
-from .lists import BaseListVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable, iterate
+from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListIteratorVariable, ListVariable,
+                    SetVariable, TupleVariable, ZipVariable, iterate)
 from .nn_module import NNModuleVariable
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
@@ -246,23 +247,20 @@ class BuiltinVariable(VariableTracker):
         return iterate(tx, obj)
 
     def _call_next(self, tx, iterator: VariableTracker, *default: VariableTracker):
-        if not isinstance(iterator, ListIteratorVariable):
+        if not isinstance(iterator, IteratorVariable):
             unimplemented("next() on a non-iterator")
-        item = iterator.next_item()
+        item = iterator.next_item(tx)
         if item is None:
             if default:
                 return default[0]
             unimplemented("next() on an exhausted iterator")
         return item
 
-    def _call_zip(self, tx, *iterables: VariableTracker, strict: Any = None):
-        columns = [it.unpack_var_sequence(tx) for it in iterables]
-        return ListIteratorVariable([TupleVariable(list(row)) for row in zip(*columns)])
+    def _call_zip(self, tx, *iterables: VariableTracker, strict: VariableTracker = ConstantVariable(False)):
+        return ZipVariable([iterate(tx, it) for it in iterables], bool(strict.as_python_constant()))
 
     def _call_enumerate(self, tx, iterable: VariableTracker, start: VariableTracker = ConstantVariable(0)):
-        first = start.as_python_constant()
-        items = iterable.unpack_var_sequence(tx)
-        return ListIteratorVariable([TupleVariable([ConstantVariable(first + i), v]) for i, v in enumerate(items)])
+        return EnumerateVariable(iterate(tx, iterable), start.as_python_constant())
 
     def _call_reversed(self, tx, seq: VariableTracker):
         return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))

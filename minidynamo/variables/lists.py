@@ -1,11 +1,12 @@
 """Tuples, lists, named tuples and iterators over them."""
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from typing import Any, Dict, List, Optional
 
-from ..exc import unimplemented
+from ..exc import unimplemented, unimplemented_frame
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -245,35 +246,52 @@ def _structseq_index(cls: type, name: str) -> Optional[int]:
     return index if isinstance(index, int) else None
 
 
-class ListIteratorVariable(VariableTracker):
-    """An iterator over a known sequence of values; advanced by FOR_ITER and next()."""
-
-    def __init__(self, items: List[VariableTracker], index: int = 0, over: Optional["ListVariable"] = None) -> None:
-        super().__init__()
-        self.items = items
-        self.index = index
-        self.over = over  # the list whose live items these are
+class IteratorVariable(VariableTracker):
+    """An iterator advanced by FOR_ITER, next() and unpacking, one item at a time."""
 
     def describe(self) -> str:
         return "iterator"
 
-    def subvalues(self) -> List[VariableTracker]:
-        return [self.over] if self.over is not None else self.items[self.index :]
-
-    def next_item(self) -> Optional[VariableTracker]:
-        if self.index >= len(self.items):
-            return None
-        item = self.items[self.index]
-        self.index += 1
-        return item
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        """The next item, or None when exhausted."""
+        raise NotImplementedError
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
 
     def unpack_var_sequence(self, tx) -> List[VariableTracker]:
-        rest = self.items[self.index :]
-        self.index = len(self.items)
+        rest = []
+        item = self.next_item(tx)
+        while item is not None:
+            rest.append(item)
+            item = self.next_item(tx)
         return rest
+
+
+class ListIteratorVariable(IteratorVariable):
+    """An iterator over a known sequence of values, or over a list's live items (`over`)."""
+
+    def __init__(self, items: List[VariableTracker], index: int = 0, over: Optional["ListVariable"] = None,
+                 watched: Optional[VariableTracker] = None) -> None:
+        super().__init__()
+        self.items = items
+        self.index = index
+        self.over = over  # the list whose live items these are
+        # a dict or set being iterated: Python raises if its keys change meanwhile
+        self.watched = watched
+        self.watched_keys = _keys(watched) if watched is not None else None
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.over] if self.over is not None else self.items[self.index :]
+
+    def next_item(self, tx=None) -> Optional[VariableTracker]:
+        if self.watched is not None and _keys(self.watched) != self.watched_keys:
+            unimplemented_frame(f"{self.watched.describe()} changed during iteration (Python raises)")
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
 
     def reconstruct(self, codegen) -> None:
         if self.over is not None:  # an iterator over the list itself, advanced as far as this one
@@ -289,11 +307,72 @@ class ListIteratorVariable(VariableTracker):
         codegen.append("GET_ITER")
 
 
+def _keys(container: VariableTracker) -> List[Any]:
+    items = container.items
+    return list(items) if isinstance(items, dict) else [item.as_python_constant() for item in items]
+
+
+class EnumerateVariable(IteratorVariable):
+    """enumerate(iterator, count): lazy, so items the loop appends to a list it enumerates are reached."""
+
+    def __init__(self, inner: IteratorVariable, count: int) -> None:
+        super().__init__()
+        self.inner = inner
+        self.count = count
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.inner]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        item = self.inner.next_item(tx)
+        if item is None:
+            return None
+        self.count += 1
+        return TupleVariable([ConstantVariable(self.count - 1), item])
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(enumerate)
+        codegen.reconstruct(self.inner)
+        codegen.load_const(self.count)
+        codegen.call(2)
+
+
+class ZipVariable(IteratorVariable):
+    """zip(*iterators): lazy, pulling from each iterator in turn as Python does."""
+
+    def __init__(self, inners: List[IteratorVariable], strict: bool) -> None:
+        super().__init__()
+        self.inners = inners
+        self.strict = strict
+
+    def subvalues(self) -> List[VariableTracker]:
+        return list(self.inners)
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        row = []
+        for inner in self.inners:
+            item = inner.next_item(tx)
+            if item is None:
+                if self.strict and (row or any(other.next_item(tx) is not None for other in self.inners[1:])):
+                    unimplemented("zip(strict=True) over iterables of different lengths (Python raises)")
+                return None
+            row.append(item)
+        return TupleVariable(row)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(functools.partial(zip, strict=True) if self.strict else zip)
+        for inner in self.inners:
+            codegen.reconstruct(inner)
+        codegen.call(len(self.inners))
+
+
 def iterate(tx, obj: VariableTracker) -> ListIteratorVariable:
     """iter(obj). An iterator over a list reads the list as it is when advanced, so items appended
     while iterating are reached, as in Python."""
-    if isinstance(obj, ListIteratorVariable):
+    if isinstance(obj, IteratorVariable):
         return obj
     if isinstance(obj, ListVariable):
         return ListIteratorVariable(obj.items, over=obj)
-    return ListIteratorVariable(obj.unpack_var_sequence(tx))
+    container = getattr(obj, "mapping", obj)  # a dict view iterates its dict
+    watched = container if container.has_identity and issubclass(container.python_type(), (dict, set)) else None
+    return ListIteratorVariable(obj.unpack_var_sequence(tx), watched=watched)

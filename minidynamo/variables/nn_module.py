@@ -80,6 +80,13 @@ class NNModuleVariable(VariableTracker):
         """Guard that `name` stays out of the instance dict `table` (`__dict__` or a Module table)."""
         self._guard(tx, table, GuardKind.DICT_CONTAINS, (name, False))
 
+    def _guard_class_lacks(self, tx, name: str) -> None:
+        """Guard that the class still has no attribute `name`: one added later (a property, a method)
+        would come before the instance's own attributes or Module.__getattr__."""
+        if self.source is not None:
+            present = hasattr(type(self.module), name)  # a metaclass attribute shadows nothing; kept as found
+            tx.output.add_guard(Guard(AttrSource(self.source, "__class__"), GuardKind.HASATTR, (name, present)))
+
     def _guard_keys(self, tx, table: str) -> None:
         entries = getattr(self.module, table)
         if type(entries) is dict:
@@ -118,6 +125,8 @@ class NNModuleVariable(VariableTracker):
         static = class_attribute(cls, name)
         if static is not _MISSING and _is_data_descriptor(static):
             return self._class_attribute(tx, name, source)
+        if static is _MISSING:
+            self._guard_class_lacks(tx, name)
         if name in module.__dict__:  # its guards read this __dict__ entry (see module_attribute_home)
             return self._child(tx, module.__dict__[name], source)
         self._guard_absent(tx, "__dict__", name)
@@ -133,6 +142,7 @@ class NNModuleVariable(VariableTracker):
         module = self.module
         if class_attribute(type(module), name) is not _MISSING:
             return True
+        self._guard_class_lacks(tx, name)
         present = name in module.__dict__
         self._guard(tx, "__dict__", GuardKind.DICT_CONTAINS, (name, present))
         if present:
