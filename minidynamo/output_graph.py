@@ -11,7 +11,6 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.fx
-import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from . import _C
@@ -93,8 +92,10 @@ class OutputGraph:
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
-        # whether running the graph changes anything but its outputs (tensors in place, the RNG)
-        self.has_effects = False
+        self.draws_random = False  # whether the graph has an op drawing random numbers
+        # tensors the graph reads that it may change in place: (fake, its version when made, where
+        # the real one is: a graph argument's index, or the module tensor itself)
+        self._tensor_homes: List[Tuple[torch.Tensor, int, Union[int, torch.Tensor]]] = []
         # what the frame was entered with: every entry depends on it (the trace may change it)
         self.add_guard(Guard(None, GuardKind.GLOBAL_STATE, capture_global_state()))
 
@@ -132,6 +133,7 @@ class OutputGraph:
             dims = ()
         self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, value, dynamic_dims=dims))
         node = self._add_placeholder(source, value)
+        arg_index = len(self.graphargs) - 1
         if dims:
             fake = fake_mode.from_tensor(value, source=ShapeEnvSource(source.name()),
                                          symbolic_context=symbolic_context(value, dims))
@@ -139,6 +141,7 @@ class OutputGraph:
             self._lift_sizes(source, value, fake, dims)
         else:
             fake = fake_mode.from_tensor(value, static_shapes=True)
+        self._tensor_homes.append((fake, fake._version, arg_index))
         variable = TensorVariable(node, fake, source)
         self._inputs_by_source[source.name()] = variable
         self._inputs_by_id[id(value)] = variable
@@ -201,7 +204,9 @@ class OutputGraph:
             self._module_keys[id(module)] = key
             self.root.add_module(key, module)
         node = self.graph.get_attr(f"{key}.{attr}")
-        variable = TensorVariable(node, self.to_fake(tx, tensor), source)
+        fake = self.to_fake(tx, tensor)
+        self._tensor_homes.append((fake, fake._version, tensor))
+        variable = TensorVariable(node, fake, source)
         self._inputs_by_id[id(tensor)] = variable
         return variable
 
@@ -218,8 +223,6 @@ class OutputGraph:
         _check_representable((node_args, node_kwargs))
         fake_args, fake_kwargs = _as_example(tuple(args)), _as_example(kwargs)
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-        versions = [(t, t._version) for t in pytree.tree_leaves((fake_args, fake_kwargs))
-                    if isinstance(t, torch.Tensor)]
         try:
             with self.fake_mode(tx):
                 if op == "call_method":
@@ -228,8 +231,7 @@ class OutputGraph:
                     example = target(*fake_args, **fake_kwargs)
         except Exception as e:  # what eager would raise is raised again when the frame runs eagerly
             unimplemented(f"{name}() cannot be traced: {type(e).__name__}: {e}")
-        if name in _RANDOM_OPS or any(t._version != v for t, v in versions):
-            self.has_effects = True
+        self.draws_random |= name in _RANDOM_OPS
         example = specialized_value(example)
         if is_constant_value(example) and example is not None:
             return ConstantVariable(example)
@@ -293,6 +295,17 @@ class OutputGraph:
         self.side_effects.codegen(codegen)
         return codegen
 
+    def _rerunnable(self, compiled: Callable) -> Callable:
+        """What generated code calls to run the graph. The graph runs first in the generated code: if
+        it raises having changed nothing (no tensor in place, no random draw), its frame re-runs
+        eagerly instead, doing what eager does before the error (side effects, except clauses)."""
+        changed = [home for fake, version, home in self._tensor_homes if fake._version != version]
+        if self.draws_random or not changed:
+            return _C.CallbackWrapper(compiled, None, rerun=not self.draws_random)
+        if self.side_effects or self.code.co_exceptiontable:  # only then is re-running worth its cost
+            compiled = _rerun_if_unchanged(compiled, changed)
+        return _C.CallbackWrapper(compiled, None)
+
     def guard_mutated_containers_distinct(self) -> None:
         """Each container the trace mutates was another object than every other container of its
         type it read: the trace relies on that (the same list passed twice sees both appends)."""
@@ -326,15 +339,30 @@ class OutputGraph:
         self.compiled.append(CompiledGraph(graph_module, time.perf_counter() - start))
         if any(n.target is torch._C._set_grad_enabled for n in self.graph.nodes):
             compiled = _restoring_grad_mode(compiled)
-        # the graph runs first in the generated code: if it raises having changed nothing, the frame
-        # can run eagerly instead, doing what eager does before the error (side effects, except clauses)
-        codegen.load_function(_C.CallbackWrapper(compiled, None, rerun=not self.has_effects))
+        codegen.load_function(self._rerunnable(compiled))
         for arg in self.graphargs:
             arg.source.reconstruct(codegen)
         codegen.call(len(self.graphargs))
         codegen.graph_output_var = "___graph_out"
         codegen.append("STORE_FAST", codegen.graph_output_var)
         codegen.graph_outputs = {t.node: i for i, t in enumerate(outputs)}
+
+
+def _rerun_if_unchanged(compiled: Callable, homes: List[Union[int, torch.Tensor]]) -> Callable:
+    """`compiled`, asking for its frame to be re-run eagerly when it raises before changing any of
+    the tensors it changes in place (arguments by index, module tensors themselves)."""
+
+    def call(*args: Any) -> Any:
+        watched = [args[home] if isinstance(home, int) else home for home in homes]
+        versions = [t._version for t in watched]
+        try:
+            return compiled(*args)
+        except Exception as error:
+            if all(t._version == v for t, v in zip(watched, versions)):
+                raise _C.RerunFrame(error) from None
+            raise
+
+    return call
 
 
 def _restoring_grad_mode(compiled: Callable) -> Callable:

@@ -56,6 +56,13 @@ def data_dependent_error_after_append(x, lst):
     return torch.nn.functional.embedding(x.long(), torch.ones(2, 3))
 
 
+def append_then_in_place_op_that_raises(x, lst):
+    y = x.expand(2, *x.shape)
+    lst.append(y.sum())
+    y.add_(1)  # one memory location written twice: raises before changing anything
+    return y
+
+
 def no_error(x, lst):
     lst.append(x + 1)
     return LIN(x)
@@ -68,6 +75,7 @@ CASES = [
     (dict_store_then_index_error, lambda: (rand(3), {}, torch.tensor(7))),
     (break_then_error_in_resume, lambda: (rand(2), [])),
     (data_dependent_error_after_append, lambda: (torch.tensor([0.0, 5.0]), [])),
+    (append_then_in_place_op_that_raises, lambda: (rand(3), [])),
     (no_error, lambda: (rand(2), [])),
 ]
 
@@ -103,6 +111,19 @@ def test_graph_that_mutated_an_input_raises_as_it_is():
     expected = run_once(fn, (x_eager,))
     actual = run_once(minidynamo.optimize("eager")(fn), (x_compiled,))
     compare_runs(actual, expected)
+    assert minidynamo.stats()["eager_reruns"] == 0
+
+
+def test_module_buffer_changed_before_the_error_is_changed_once():
+    bn = torch.nn.BatchNorm1d(2)
+
+    def fn(x, lst):
+        lst.append(1)
+        return LIN(bn(x).double())
+
+    with pytest.raises(RuntimeError):
+        minidynamo.optimize("eager")(fn)(torch.randn(4, 2), [])
+    assert int(bn.num_batches_tracked) == 1
     assert minidynamo.stats()["eager_reruns"] == 0
 
 
