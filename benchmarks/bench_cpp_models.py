@@ -27,7 +27,7 @@ def child(model_name: str, system: str) -> dict:
     sys.path.insert(0, ROOT)
     import torch
     import minidynamo
-    from minidynamo.codegen import build
+    from minidynamo.codegen import cpp_build as build
     from benchmarks.models import build as build_model, check_close
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))

@@ -30,9 +30,9 @@ def backend(request):
 def graph_compiler(backend):
     """The backend's code generator called directly: graph module and inputs -> compiled graph."""
     if backend == "cpp":
-        from minidynamo.codegen import compile_graph
-        return compile_graph
-    from minidynamo.codegen.triton_wrapper import compile_triton_graph
+        from minidynamo.codegen.cpp_pipeline import compile_cpp_graph
+        return compile_cpp_graph
+    from minidynamo.codegen.triton_pipeline import compile_triton_graph
     return compile_triton_graph
 
 

@@ -17,7 +17,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import minidynamo.config
 from minidynamo.backends import lookup_backend
-from minidynamo.codegen import build, compile_graph
+from minidynamo.codegen import cpp_build as build
+from minidynamo.codegen.cpp_pipeline import compile_cpp_graph as compile_graph
 from minidynamo.codegen.ir import ExternNode
 from minidynamo.codegen.scheduler import Kernel
 
@@ -399,7 +400,8 @@ MODULES = {
 CHILD = textwrap.dedent("""
     import json, sys, torch
     import minidynamo.config
-    from minidynamo.codegen import build, compile_graph
+    from minidynamo.codegen import cpp_build as build
+    from minidynamo.codegen.cpp_pipeline import compile_cpp_graph as compile_graph
     minidynamo.config.cache_dir = sys.argv[1]
     def f(x):
         return (x.exp() + 1).log() * x.sum(-1, keepdim=True)
@@ -434,6 +436,31 @@ def test_second_process_loads_from_disk_without_compiling(tmp_path, no_compile_c
     assert first["ok"] and first["compiles"] == 1 and first["disk_hits"] == 0
     second = run_child(cache, {"CXX": no_compile_cxx})
     assert second["ok"] and second["compiles"] == 0 and second["disk_hits"] == 1
+
+
+SPILLING_CHILD = textwrap.dedent("""
+    import hashlib, sys, torch
+    import torch.nn.functional as F
+    from minidynamo.codegen.cpp_render import render_cpp
+    from minidynamo.codegen.pipeline import lower_and_schedule
+    def f(x):
+        return F.softmax(x, -1) + F.softmax(x.sin(), -1) + F.softmax(x.cos(), -1)
+    lowering, steps = lower_and_schedule(torch.fx.symbolic_trace(f), [torch.randn(8, 64)])
+    source, _, _ = render_cpp(steps, lowering.buffers, {o.buffer for o in lowering.outputs})
+    print(source.count("row"), hashlib.sha256(source.encode()).hexdigest())
+""")
+
+
+def test_source_does_not_depend_on_the_string_hash_seed():
+    # A kernel with several spilled rows once named them in set order: each process could
+    # generate another source for the same graph, and miss the disk cache.
+    outputs = set()
+    for seed in ("1", "4"):
+        proc = subprocess.run([sys.executable, "-c", SPILLING_CHILD], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        outputs.add(proc.stdout.strip().splitlines()[-1])
+    assert len(outputs) == 1 and int(next(iter(outputs)).split()[0]) > 2
 
 
 def test_corrupt_cache_entry_is_rebuilt(tmp_path, no_compile_cxx):

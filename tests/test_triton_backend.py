@@ -21,10 +21,11 @@ pytest.importorskip("triton", reason="the triton backend needs the optional trit
 import minidynamo.backends.triton  # noqa: E402,F401  (sets TRITON_INTERPRET=1 without a GPU)
 import minidynamo.config  # noqa: E402
 from minidynamo.backends import lookup_backend  # noqa: E402
-from minidynamo.codegen import triton_cache, triton_wrapper  # noqa: E402
+from minidynamo.codegen import triton_cache, triton_pipeline, triton_wrapper  # noqa: E402
 from minidynamo.codegen.ir import ExternNode  # noqa: E402
 from minidynamo.codegen.scheduler import Kernel  # noqa: E402
-from minidynamo.codegen.triton_wrapper import LaunchConfig, compile_triton_graph  # noqa: E402
+from minidynamo.codegen.triton_pipeline import compile_triton_graph  # noqa: E402
+from minidynamo.codegen.triton_wrapper import LaunchConfig  # noqa: E402
 from test_cpp_backend import (  # noqa: E402
     BINARY, REDUCTIONS, UNARY, VIEWS, A, B, BOOL, IA, IB, POS, R, RI, UNIT, V, X, Batch,
     _kernels, _stored, assert_close,
@@ -89,9 +90,9 @@ def test_looped_reduction(looped_reductions, name):
 
 
 def test_reduction_kinds_emitted(reductions, looped_reductions):
-    kinds = {k.kind for k in reductions.compiled.emitted}
+    kinds = {k.kind for k in reductions.compiled.rendered}
     assert {"pointwise", "persistent"} <= kinds
-    assert "looped" in {k.kind for k in looped_reductions.compiled.emitted}
+    assert "looped" in {k.kind for k in looped_reductions.compiled.rendered}
     assert "for roffset in range(" in looped_reductions.compiled.source
 
 
@@ -128,7 +129,7 @@ def test_long_full_reduction_is_split():
     c = compile_fn(lambda x: (x.sum(), x.amax()), x)
     for a, b in zip(c(x), (x.sum(), x.amax())):
         assert_close(a, b)
-    assert all(k.rnumel < x.numel() for k in c.emitted)
+    assert all(k.rnumel < x.numel() for k in c.rendered)
 
 
 # -- fusion -------------------------------------------------------------------------------------
@@ -141,7 +142,7 @@ def test_pointwise_chain_is_one_masked_kernel():
     x, y = torch.randn(50, 60), torch.randn(50, 60)
     c = compile_fn(chain, x, y)
     assert_close(c(x, y), chain(x, y))
-    (k,) = c.emitted
+    (k,) = c.rendered
     assert k.kind == "pointwise" and k.xnumel == 3000
     assert "xmask = xindex < 3000" in k.source and k.source.count("tl.store(") == 1
 
@@ -150,7 +151,7 @@ def test_softmax_is_one_kernel_storing_only_its_output():
     x = torch.randn(32, 100)
     c = compile_fn(lambda x: F.softmax(x, -1), x)
     assert_close(c(x), F.softmax(x, -1))
-    (k,) = c.emitted
+    (k,) = c.rendered
     assert k.kind == "persistent" and len(_stored(c)) == 1
     # The row is loaded once; the later stages reuse its registers.
     assert k.source.count("tl.load(") == 1
@@ -162,7 +163,7 @@ def test_layer_norm_and_gelu_block_is_one_kernel():
     with torch.no_grad():
         c = compile_fn(block, x)
         assert_close(c(x), block(x))
-    assert len(c.emitted) == 1 and len(_stored(c)) == 1
+    assert len(c.rendered) == 1 and len(_stored(c)) == 1
 
 
 def test_reduction_with_prologue_and_epilogue_fused():
@@ -175,7 +176,7 @@ def test_reduction_with_prologue_and_epilogue_fused():
     c = compile_fn(f, x)
     for a, b in zip(c(x), f(x)):
         assert_close(a, b)
-    assert len(c.emitted) == 1
+    assert len(c.rendered) == 1
 
 
 def test_matmul_bias_gelu_epilogue_after_torch_matmul():
@@ -185,7 +186,7 @@ def test_matmul_bias_gelu_epilogue_after_torch_matmul():
         c = compile_fn(f, x)
         assert_close(c(x), f(x))
     assert [e.fn for e in c.steps if isinstance(e, ExternNode)] == [torch.ops.aten.mm.default]
-    (k,) = c.emitted
+    (k,) = c.rendered
     assert k.kind == "pointwise" and "libdevice.tanh" in k.source
 
 
@@ -208,15 +209,15 @@ def test_offsets_switch_to_int64_past_int32():
     x = torch.randn(1).expand(1 << 16, 1 << 16)  # 2**32 elements, no memory behind them
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from minidynamo.codegen.lowering import GraphLowering
+    from minidynamo.codegen.graph_lowering import GraphLowering
     from minidynamo.codegen.scheduler import Scheduler
-    from minidynamo.codegen.triton import emit_triton
+    from minidynamo.codegen.triton_render import render_triton
 
     # Traced on fake tensors only: the pipeline's trace runs the graph eagerly once (16 GiB here).
     lowering = GraphLowering(make_fx(lambda x: x * 2, tracing_mode="fake")(x), [x])
     lowering.run()
     steps = Scheduler(lowering.nodes, {lowering.outputs[0].buffer}).run()
-    source, _ = emit_triton([s for s in steps if isinstance(s, Kernel)], lowering.buffers)
+    source, _ = render_triton([s for s in steps if isinstance(s, Kernel)], lowering.buffers)
     assert "tl.program_id(0).to(tl.int64)" in source
 
 
@@ -228,7 +229,7 @@ def test_unsupported_devices_fall_back_to_eager(monkeypatch):
     meta = torch.empty(3, device="meta")
     assert lookup_backend("triton")(gm, [meta]) == gm.forward
     # With a GPU (not interpreting), graphs on CPU tensors run eagerly.
-    monkeypatch.setattr(triton_wrapper, "interpreting", lambda: False)
+    monkeypatch.setattr(triton_pipeline, "interpreting", lambda: False)
     assert lookup_backend("triton")(gm, [torch.randn(3)]) == gm.forward
 
 
@@ -251,7 +252,7 @@ CHILD = textwrap.dedent("""
     import minidynamo.backends.triton
     import minidynamo.config
     from minidynamo.codegen import triton_cache
-    from minidynamo.codegen.triton_wrapper import compile_triton_graph
+    from minidynamo.codegen.triton_pipeline import compile_triton_graph
     minidynamo.config.cache_dir = sys.argv[1]
     def f(x):
         return (x.exp() + 1).log() * x.sum(-1, keepdim=True)

@@ -75,7 +75,7 @@ class CodegenBackend:
     def _fallback(self, gm: torch.fx.GraphModule, error: Exception) -> Callable:
         """The graph run eagerly after `error` stopped its compilation (re-raised in strict mode
         unless it says eager rejects the inputs: then eager raises its own error on each call)."""
-        from ..codegen.lowering import EagerRejects
+        from ..codegen.errors import EagerRejects
 
         if isinstance(error, EagerRejects):
             log.debug("%s backend: eager raises on this graph's inputs: %s", self.__name__, error)

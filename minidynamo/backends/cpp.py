@@ -8,9 +8,9 @@ from .registry import register_backend
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-    from ..codegen import compile_graph
+    from ..codegen.cpp_pipeline import compile_cpp_graph
 
-    return compile_graph(gm, example_inputs)
+    return compile_cpp_graph(gm, example_inputs)
 
 
 cpp = register_backend(CodegenBackend("cpp", _compile_graph), name="cpp")

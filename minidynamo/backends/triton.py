@@ -1,4 +1,4 @@
-"""The "triton" backend: the shared loop IR emitted as Triton kernels (minidynamo.codegen.triton).
+"""The "triton" backend: the shared loop IR emitted as Triton kernels (minidynamo.codegen.triton_pipeline).
 
 Graphs on CUDA tensors run their kernels on the GPU. Without a CUDA device, importing this module
 sets TRITON_INTERPRET=1 (unless the variable is already set), and the same kernels run on CPU
@@ -29,7 +29,7 @@ except ImportError as e:
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
-    from ..codegen.triton_wrapper import compile_triton_graph
+    from ..codegen.triton_pipeline import compile_triton_graph
 
     return compile_triton_graph(gm, example_inputs)
 

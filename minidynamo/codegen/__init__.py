@@ -1,4 +1,2 @@
-"""Our own code generator: FX graph -> loop IR -> fused C++ kernels (see compile.py)."""
-from .compile import compile_graph
-
-__all__ = ["compile_graph"]
+"""Our own code generators: FX graph -> loop IR -> fused C++ (cpp_pipeline) or Triton
+(triton_pipeline) kernels."""

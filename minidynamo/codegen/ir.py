@@ -1,4 +1,4 @@
-"""Loop-level IR shared by the C++ emitter (and, later, a Triton one).
+"""Loop-level IR shared by the C++ and Triton renderers.
 
 A kernel body is a DAG of `Expr` nodes computed per element of an iteration space. Indexing is
 affine in the loop variables (`Index`): views are folded into strides and offsets, never into
@@ -11,7 +11,9 @@ subtrees compare equal and common-subexpression elimination is a dictionary look
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import math
 
 import torch
 
@@ -179,12 +181,17 @@ UNARY_MATH = (
     "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
     "lgamma", "sigmoid", "reciprocal", "floor", "ceil", "trunc", "round", "frac",
 )
-OP_NAMES = frozenset(UNARY_MATH + (
-    "cast", "neg", "abs", "sign", "isnan", "isinf", "not", "bitnot",
+UNARY_OPS = UNARY_MATH + ("cast", "neg", "abs", "sign", "isnan", "isinf", "not", "bitnot")
+BINARY_OPS = (
     "add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "fmod", "pow", "atan2",
     "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
-    "bitand", "bitor", "bitxor", "lshift", "rshift", "where",
-))
+    "bitand", "bitor", "bitxor", "lshift", "rshift",
+)
+OP_NAMES = frozenset(UNARY_OPS + BINARY_OPS + ("where",))
+
+
+def op_arity(name: str) -> int:
+    return 1 if name in UNARY_OPS else 2 if name in BINARY_OPS else 3
 
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin", "any", "all")
 
@@ -197,6 +204,11 @@ class Buffer:
     size: Tuple[int, ...]
     stride: Tuple[int, ...]
     dtype: torch.dtype
+
+    def span_bytes(self) -> int:
+        """Bytes from the first to one past the last element its strides reach."""
+        span = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride) if s > 0)
+        return span * self.dtype.itemsize
 
 
 @dataclass
@@ -266,3 +278,7 @@ def contiguous_strides(size: Tuple[int, ...]) -> Tuple[int, ...]:
         out.append(acc)
         acc *= max(s, 1)
     return tuple(reversed(out))
+
+
+def numel(sizes: Sequence[int]) -> int:
+    return math.prod(sizes)

@@ -12,23 +12,20 @@ code is unchanged).
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import math
 import os
-import tempfile
 import threading
 import types
 from typing import Dict, Optional
 
 import numpy as np
 
-from .. import config
+from . import disk_cache
 
 stats: Dict[str, int] = {"writes": 0, "disk_hits": 0, "memory_hits": 0, "tunes": 0, "tune_hits": 0}
-_modules: Dict[str, types.ModuleType] = {}
-_lock = threading.Lock()
+_modules = disk_cache.Loaded(stats)
 
 
 def interpreting() -> bool:
@@ -40,56 +37,40 @@ def interpreting() -> bool:
 def cache_key(source: str) -> str:
     import triton
 
-    return hashlib.sha256(f"{triton.__version__}\0{source}".encode()).hexdigest()[:32]
-
-
-def cache_directory() -> str:
-    path = os.path.join(config.cache_dir, "triton")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def _write_atomic(path: str, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    return disk_cache.entry_key(triton.__version__, source)
 
 
 def load_module(source: str) -> types.ModuleType:
     """The imported module for `source`, writing its file only if no identical one exists."""
-    key = cache_key(source)
-    with _lock:
-        module = _modules.get(key)
-        if module is not None:
-            stats["memory_hits"] += 1
-            return module
-        path = os.path.join(cache_directory(), key + ".py")
-        try:
-            with open(path) as f:
-                valid = f.read() == source
-        except OSError:
-            valid = False
-        if valid:
-            stats["disk_hits"] += 1
-        else:
-            _write_atomic(path, source)
-            stats["writes"] += 1
-        spec = importlib.util.spec_from_file_location(f"minidynamo_triton_{key}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        module.cache_key = key
-        if interpreting():
-            module.libdevice = _InterpretedLibdevice
-        _modules[key] = module
-        return module
+    return _modules.get(cache_key(source), lambda key: _import(source, key))
+
+
+def _import(source: str, key: str) -> types.ModuleType:
+    path = os.path.join(disk_cache.directory("triton"), key + ".py")
+    try:
+        with open(path) as f:
+            valid = f.read() == source
+    except OSError:
+        valid = False
+    if valid:
+        stats["disk_hits"] += 1
+    else:
+        disk_cache.write(path, source)
+        stats["writes"] += 1
+    spec = importlib.util.spec_from_file_location(f"minidynamo_triton_{key}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.cache_key = key
+    if interpreting():
+        module.libdevice = _InterpretedLibdevice
+    return module
 
 
 class TuneStore:
     """Chosen launch configs of one module's kernels, persisted in `<key>.tune.json`."""
 
     def __init__(self, key: str):
-        self.path = os.path.join(cache_directory(), key + ".tune.json")
+        self.path = os.path.join(disk_cache.directory("triton"), key + ".tune.json")
         self._lock = threading.Lock()
 
     def _read(self) -> Dict[str, dict]:
@@ -110,7 +91,7 @@ class TuneStore:
         with self._lock:
             data = self._read()
             data[entry] = chosen
-            _write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True))
+            disk_cache.write(self.path, json.dumps(data, indent=1, sort_keys=True))
         stats["tunes"] += 1
 
 

@@ -1,5 +1,4 @@
-"""The Triton pipeline: trace -> lower -> schedule (shared with the C++ backend) -> emit Triton ->
-load -> a callable that launches the kernels on the graph's device.
+"""The call of a compiled Triton graph: kernel launches on the graph's device.
 
 Launch configs (XBLOCK, RBLOCK for looped reductions, num_warps) are chosen on a kernel's first
 run by timing a few candidates on the GPU, and remembered per device in the module's tune file;
@@ -9,18 +8,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 import torch
-import torch.fx
 
-from .compile import trace
-from .lowering import GraphLowering, Unsupported, is_dense
-from .scheduler import Kernel, Scheduler, Step
-from .triton import TritonKernel, emit_triton, next_power_of_2
-from .triton_cache import TuneStore, interpreting, load_module
-from .wrapper import CompiledGraph, _strides_match
+from .graph_lowering import GraphLowering, is_dense
+from .runtime import CompiledGraph, same_layout
+from .scheduler import Kernel, Step
+from .triton_cache import TuneStore, interpreting
+from .triton_render import TritonKernel, next_power_of_2
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +128,13 @@ def _device_name(device: torch.device) -> str:
 class TritonGraph(CompiledGraph):
     """A compiled graph whose kernels are Triton launches on `device`."""
 
-    def __init__(self, lowering: GraphLowering, steps: List[Step], module, emitted: List[TritonKernel],
+    def __init__(self, lowering: GraphLowering, steps: List[Step], module, rendered: List[TritonKernel],
                  source: str, fallback: Callable, device: torch.device):
         self.device = device
         self.module = module
-        self.emitted = emitted
+        self.rendered = rendered
         self.store = TuneStore(module.cache_key) if module is not None else None
-        super().__init__(lowering, steps, emitted, source, fallback)
+        super().__init__(lowering, steps, rendered, source, fallback)
 
     def _kernel_call(self, kernel: Kernel, em: TritonKernel):
         launcher = Launcher(getattr(self.module, em.name), em, self.store, self.device)
@@ -156,37 +153,9 @@ class TritonGraph(CompiledGraph):
         # (host) memory; make those copies on the graph's device first.
         fixed = []
         for buf, t in zip(self.inputs, args):
-            if not _strides_match(t, buf.size, buf.stride) and is_dense(buf.size, buf.stride):
+            if not same_layout(buf.size, t.stride(), buf.stride) and is_dense(buf.size, buf.stride):
                 if buf.name in self.aliased:
                     return self.fallback(*args)
                 t = torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
             fixed.append(t)
         return super().__call__(*fixed)
-
-
-def graph_device(tensors: Sequence[torch.Tensor]) -> torch.device:
-    """The single device of a graph's tensors, if the kernels can run there."""
-    devices = {t.device for t in tensors}
-    if len(devices) > 1:
-        raise Unsupported(f"tensors on several devices: {sorted(map(str, devices))}")
-    device = devices.pop() if devices else torch.device("cpu")
-    if device.type == "cpu" and not interpreting():
-        raise Unsupported("CPU tensors need TRITON_INTERPRET=1 (the GPU runs CUDA tensors only)")
-    if device.type not in ("cpu", "cuda"):
-        raise Unsupported(f"device {device}")
-    return device
-
-
-def compile_triton_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor],
-                         persistent_max: Optional[int] = None) -> TritonGraph:
-    device = graph_device(example_inputs)
-    traced, inputs = trace(gm, example_inputs)
-    lowering = GraphLowering(traced, inputs, device_type=device.type)
-    lowering.run()
-    graph_device(list(inputs) + list(lowering.constants.values()))
-    keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
-    steps = Scheduler(lowering.nodes, keep).run()
-    kernels = [s for s in steps if isinstance(s, Kernel)]
-    source, emitted = emit_triton(kernels, lowering.buffers, persistent_max)
-    module = load_module(source) if kernels else None
-    return TritonGraph(lowering, steps, module, emitted, source, gm.forward, device)

@@ -1,6 +1,6 @@
 """ATen/prims op -> IR value. Each lowering gets (lowering, fx node, *args, **kwargs) with fx inputs
 replaced by `Value`s, and uses `node.meta['val']` (the fake result) for the output dtype and size,
-so type promotion and broadcasting follow torch exactly. Raising `Unsupported` makes the op an
+so type promotion and broadcasting follow torch exactly. Raising `CannotLower` makes the op an
 extern call."""
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.fx
 
+from .errors import CannotLower
+from .graph_lowering import Lazy, Strided, Value, cast, const
 from .ir import Expr, Index, IndexValue, Op, UNARY_MATH
-from .lowering import Lazy, Strided, Unsupported, Value, cast, const
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -75,11 +76,11 @@ def is_float(dtype: torch.dtype) -> bool:
 def _unary_math(name: str):
     def lower(L, node, x, *rest, **kw):
         if rest or kw:
-            raise Unsupported(f"{name} with extra arguments")
+            raise CannotLower(f"{name} with extra arguments")
         if not is_float(meta(node).dtype):
             if name in ("floor", "ceil", "trunc", "round"):
                 return pointwise(node, [x], lambda a: a)
-            raise Unsupported(f"{name} on integers")
+            raise CannotLower(f"{name} on integers")
         return pointwise(node, [x], lambda a: op(name, a))
     return lower
 
@@ -171,7 +172,7 @@ def _div(L, node, a, b, rounding_mode=None):
         return pointwise(node, [a, b], lambda x, y: op("floordiv", x, y))
     # Integer division by a tensor may divide by zero, which torch reports as an error.
     if not _nonzero_int_divisor(b):
-        raise Unsupported("integer division by a tensor")
+        raise CannotLower("integer division by a tensor")
     name = "truncdiv" if rounding_mode == "trunc" else "floordiv"
     return pointwise(node, [a, b], lambda x, y: op(name, x, y))
 
@@ -180,7 +181,7 @@ def _div(L, node, a, b, rounding_mode=None):
 def _remainder(L, node, a, b):
     name = node.target.overloadpacket.__name__
     if not is_float(meta(node).dtype) and not _nonzero_int_divisor(b):
-        raise Unsupported("integer remainder by a tensor")
+        raise CannotLower("integer remainder by a tensor")
     return pointwise(node, [a, b], lambda x, y: op(name, x, y))
 
 
@@ -204,14 +205,14 @@ def _pow(L, node, a, b):
         if float(b).is_integer() and 1 <= b <= 3 or (not is_float(out) and b > 0 and int(b) == b):
             return pointwise(node, [a], lambda x: _int_power(x, int(b)))
         if not is_float(out):
-            raise Unsupported("integer pow")
+            raise CannotLower("integer pow")
         special = {0.5: "sqrt", -0.5: "rsqrt", -1: "reciprocal"}
         if b in special:
             return pointwise(node, [a], lambda x: op(special[b], x))
         if b == -2:
             return pointwise(node, [a], lambda x: op("reciprocal", op("mul", x, x)))
     if not is_float(out):
-        raise Unsupported("integer pow")
+        raise CannotLower("integer pow")
     return pointwise(node, [a, b], lambda x, y: op("pow", x, y))
 
 
@@ -266,7 +267,7 @@ for _name in ("and", "or", "xor"):
 def _bitwise(name: str):
     def lower(L, node, a, b):
         if is_float(meta(node).dtype):
-            raise Unsupported("bitwise op on floats")
+            raise CannotLower("bitwise op on floats")
         kind = name if meta(node).dtype == torch.bool else "bit" + name
         return pointwise(node, [a, b], lambda x, y: op(kind, x, y))
     return lower
@@ -287,7 +288,7 @@ def _where(L, node, c, a, b):
 def _to_copy(L, node, x, dtype=None, **kw):
     device = kw.get("device")
     if device is not None and torch.device(device).type != L.device_type:
-        raise Unsupported("device copy")
+        raise CannotLower("device copy")
     return pointwise(node, [x], lambda a: a, x.dtype)
 
 
@@ -331,7 +332,7 @@ def _arange(L, node, *args, **kw):
     nums = list(args) + [1] * (3 - len(args))
     start, end, step = (0, nums[0], 1) if len(args) == 1 else nums
     if is_float(out.dtype) or not all(isinstance(v, int) for v in (start, step)):
-        raise Unsupported("floating arange")
+        raise CannotLower("floating arange")
     return Lazy(tuple(out.shape), out.dtype,
                 lambda idx: IndexValue(idx[0] * step + start, out.dtype))
 
@@ -588,7 +589,7 @@ def _max_pool2d(L, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_
     if _pair(padding) != (0, 0) or kh * kw > 16 \
             or (size[-2] - 1) * sh + (kh - 1) * dh >= height \
             or (size[-1] - 1) * sw + (kw - 1) * dw >= width:
-        raise Unsupported("max_pool2d with padding, a large window or ceil_mode windows")
+        raise CannotLower("max_pool2d with padding, a large window or ceil_mode windows")
     floating = is_float(x.dtype)
     x = L.realize(x)
     # Positions are selected as float32 where that is exact: gcc vectorises selects of

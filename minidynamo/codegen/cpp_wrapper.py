@@ -1,13 +1,9 @@
-"""The Python callable that runs a compiled graph: allocates buffers, calls kernels and externs in
-order, and returns the outputs (as views where the graph returns views).
-
-CompiledGraph interprets its steps (the Triton graphs build on it); CppGraph generates one
-straight-line Python function per graph instead, so a call costs little more than its ctypes calls
-and allocations (what dominates small models), and pools large buffers (see _Pooled)."""
+"""The call of a compiled C++ graph: one generated straight-line Python function per graph, so a
+call costs little more than its ctypes calls and allocations (what dominates small models), with
+large buffers pooled (see _Pooled)."""
 from __future__ import annotations
 
 import ctypes
-import logging
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -15,128 +11,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
-from .. import config
-from .cpp import EmittedKernel, KernelGroup
-from .ir import Buffer, ExternNode
-from .lowering import ExternArg, GraphLowering, OutputSpec, is_dense
+from .cpp_render import CppKernel, KernelGroup
+from .graph_lowering import ExternArg, GraphLowering
+from .ir import Buffer, ExternNode, numel
+from .runtime import CompiledGraph, materialize, relayout, run_eagerly_after, same_layout
 from .scheduler import Kernel, Step
-
-
-def _strides_match(t: torch.Tensor, size, stride) -> bool:
-    return all(a == b or s == 1 for a, b, s in zip(t.stride(), stride, size))
-
-
-def _relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
-    """`t` with the strides the generated code assumes, copying only when they differ; None when
-    the code assumes overlapping strides (broadcast inputs), which a copy cannot produce."""
-    if _strides_match(t, buf.size, buf.stride):
-        return t
-    if not is_dense(buf.size, buf.stride):
-        return None
-    return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
-
-
-log = logging.getLogger(__name__)
-
-
-def run_eagerly_after(error: Exception, fallback: Callable, args: Sequence[Any]) -> Any:
-    """A compiled graph raised: the graph is pure, so eager runs it again and decides. If eager
-    raises too, the error is the user's and is raised as eager raises it; if not, it is ours:
-    eager's result is returned with a warning (in strict mode the error is raised)."""
-    result = fallback(*args)
-    if config.strict:
-        raise error
-    log.warning("compiled graph raised %s: %s; ran it eagerly", type(error).__name__, error,
-                exc_info=error)
-    return result
-
-
-def _materialize(env: Dict[str, Any], a: Any) -> Any:
-    """An extern call's argument: the tensor (view) an ExternArg stands for, anything else as is."""
-    if not isinstance(a, ExternArg):
-        return a
-    t = env[a.buffer]
-    if tuple(t.shape) == a.size and t.stride() == a.stride and a.offset == 0:
-        return t
-    return t.as_strided(a.size, a.stride, t.storage_offset() + a.offset)
-
-
-class CompiledGraph:
-    """Runs a graph's steps in order over an environment of buffers; subclasses say how a kernel
-    is called (`_kernel_call`)."""
-
-    def __init__(self, lowering: GraphLowering, steps: List[Step], emitted: Sequence[Any],
-                 source: str, fallback: Callable):
-        self.source = source
-        self.fallback = fallback  # for inputs laid out in a way the kernels cannot take
-        self.steps = steps
-        self.buffers = lowering.buffers
-        self.inputs = [lowering.buffers[n] for n in lowering.input_names]
-        self.constants = dict(lowering.constants)
-        self.outputs: List[OutputSpec] = lowering.outputs
-        self.out_spec = lowering.out_spec
-        # Inputs some output is a view of: a relayout copy would make that output a view of
-        # the copy, so inputs laid out otherwise than compiled for run eagerly.
-        self.aliased = {o.buffer for o in self.outputs if o.kind == "buffer"} & {b.name for b in self.inputs}
-        self._plan = self._build_plan(emitted)
-
-    @property
-    def kernels(self) -> List[Kernel]:
-        return [s for s in self.steps if isinstance(s, Kernel)]
-
-    def _build_plan(self, emitted: Sequence[Any]) -> List[Callable[[Dict[str, Any], int], None]]:
-        by_name = {e.name: e for e in emitted}
-        return [self._kernel_call(s, by_name[s.name]) if isinstance(s, Kernel) else self._extern_call(s)
-                for s in self.steps]
-
-    def _kernel_call(self, kernel: Kernel, em: Any) -> Callable[[Dict[str, Any], int], None]:
-        raise NotImplementedError
-
-    def _extern_call(self, node: ExternNode):
-        outs = [self.buffers[n] if n is not None else None for n in node.names]
-
-        def call(env: Dict[str, Any], nthreads: int) -> None:
-            args, kwargs = tree_map(lambda a: _materialize(env, a), (node.args, node.kwargs))
-            result = node.fn(*args, **kwargs)
-            results = result if isinstance(result, (tuple, list)) else (result,)
-            for buf, r in zip(outs, results):
-                # an extern op may return None for an output the graph never reads (lstm's reserve)
-                if buf is not None and r is not None:
-                    r = _relayout(r, buf)
-                    if r is None:
-                        raise RuntimeError(f"{node.fn} returned an unexpected layout")
-                    env[buf.name] = r
-        return call
-
-    def __call__(self, *args: torch.Tensor) -> Any:
-        try:
-            return self._run(args)
-        except Exception as e:
-            return run_eagerly_after(e, self.fallback, args)
-
-    def _run(self, args: Sequence[torch.Tensor]) -> Any:
-        env: Dict[str, Any] = dict(self.constants)
-        for buf, t in zip(self.inputs, args):
-            fixed = _relayout(t, buf)
-            if fixed is None or (fixed is not t and buf.name in self.aliased):
-                return self.fallback(*args)
-            env[buf.name] = fixed
-        nthreads = torch.get_num_threads()
-        for call in self._plan:
-            call(env, nthreads)
-        out = []
-        for spec in self.outputs:
-            if spec.kind == "constant":
-                out.append(spec.constant)
-                continue
-            t = env[spec.buffer]
-            if tuple(t.shape) != spec.size or t.stride() != spec.stride or spec.offset:
-                t = t.as_strided(spec.size, spec.stride, t.storage_offset() + spec.offset)
-            out.append(t)
-        return tree_unflatten(out, self.out_spec)
-
-
-# -- the generated fast path ------------------------------------------------------------------
 
 _POOL_MIN_BYTES = 16 << 20  # glibc serves smaller blocks from its heap, without fresh page faults
 _MADV_HUGEPAGE = 14
@@ -154,8 +33,7 @@ class _Pooled:
 
     def __init__(self, buf: Buffer):
         self.size, self.stride, self.dtype = tuple(buf.size), tuple(buf.stride), buf.dtype
-        span = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride) if s > 0)
-        self.nbytes = span * buf.dtype.itemsize
+        self.nbytes = buf.span_bytes()
         self.storage = None
         self.lock = threading.Lock()  # two threads must never both take the free storage
 
@@ -190,12 +68,8 @@ def _huge_storage(nbytes: int) -> torch.UntypedStorage:
         return torch.UntypedStorage(nbytes)
 
 
-def _fix_input(t: torch.Tensor, buf: Buffer):
-    return _relayout(t, buf)
-
-
 def _fix_result(r: torch.Tensor, buf: Buffer, fn) -> torch.Tensor:
-    out = _relayout(r, buf)
+    out = relayout(r, buf)
     if out is None:
         raise RuntimeError(f"{fn} returned an unexpected layout")
     return out
@@ -228,19 +102,19 @@ class CppGraph(CompiledGraph):
     time; only a stride comparison per input stays on the per-call path."""
 
     def __init__(self, lowering: GraphLowering, steps: List[Step], lib: Optional[ctypes.CDLL],
-                 emitted: Sequence[EmittedKernel], groups: Sequence[KernelGroup], source: str,
+                 rendered: Sequence[CppKernel], groups: Sequence[KernelGroup], source: str,
                  fallback: Callable):
         self._lib = lib  # keeps the library loaded as long as this graph lives
         self.groups = list(groups)
-        super().__init__(lowering, steps, emitted, source, fallback)
+        super().__init__(lowering, steps, rendered, source, fallback)
         self.pycode, self.run = self._generate()
 
-    def _build_plan(self, emitted: Sequence[Any]) -> list:
+    def _build_plan(self, rendered: Sequence[Any]) -> list:
         return []  # the generated function (`run`) replaces the interpreted plan
 
     def _generate(self):
         g: Dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
-                             "_nthreads": torch.get_num_threads, "_fix_input": _fix_input,
+                             "_nthreads": torch.get_num_threads, "_fix_input": relayout,
                              "_fix_result": _fix_result, "_fallback": self.fallback,
                              "_unflatten": tree_unflatten, "_spec": self.out_spec,
                              "_run_eagerly_after": run_eagerly_after}
@@ -293,7 +167,7 @@ class CppGraph(CompiledGraph):
                 g[f"_{group.name}"] = fn
                 for bname in group.stored:
                     buf = self.buffers[bname]
-                    nbytes = buf.dtype.itemsize * max(1, _numel(buf.size))
+                    nbytes = buf.dtype.itemsize * max(1, numel(buf.size))
                     if nbytes >= _POOL_MIN_BYTES:
                         g[f"_alloc_{v(bname)}"] = _Pooled(buf)
                         lines.append(f"    {v(bname)} = _alloc_{v(bname)}()")
@@ -341,7 +215,7 @@ class CppGraph(CompiledGraph):
                 buf = self.buffers[a.buffer]
                 t = v(a.buffer)
                 if (tuple(buf.size) == tuple(a.size) and a.offset == 0
-                        and _same_layout(buf.size, buf.stride, a.stride)):
+                        and same_layout(buf.size, buf.stride, a.stride)):
                     return t
                 return f"{t}.as_strided({tuple(a.size)!r}, {tuple(a.stride)!r}, {t}.storage_offset() + {a.offset})"
             if isinstance(a, (tuple, list)):
@@ -386,23 +260,12 @@ class CppGraph(CompiledGraph):
 
     def _generic_extern(self, node: ExternNode):
         def call(env):
-            args, kwargs = tree_map(lambda a: _materialize(env, a), (node.args, node.kwargs))
+            args, kwargs = tree_map(lambda a: materialize(env, a), (node.args, node.kwargs))
             return node.fn(*args, **kwargs)
         return call
 
     def __call__(self, *args: torch.Tensor) -> Any:
         return self.run(*args)
-
-
-def _numel(size) -> int:
-    n = 1
-    for s in size:
-        n *= s
-    return n
-
-
-def _same_layout(size, stride_a, stride_b) -> bool:
-    return all(a == b or s == 1 for a, b, s in zip(stride_a, stride_b, size))
 
 
 def _contains_arg(obj) -> bool:

@@ -1,4 +1,4 @@
-"""Emit `@triton.jit` kernels for scheduled kernels (the same loop IR the C++ emitter reads).
+"""Render scheduled kernels as `@triton.jit` functions (the same loop IR the C++ renderer reads).
 
 A kernel's outer loop nest becomes the program grid: each program handles XBLOCK consecutive
 points of the flattened outer space (`xindex`), and the loop variables are recovered from it with
@@ -20,13 +20,14 @@ Functions Triton's core language lacks come from `libdevice` (see triton_cache f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .ir import Buffer, Const, Expr, Index, IndexValue, Load, Op, ReductionNode
-from .scheduler import Kernel, KNode, Stage, classify
+from .ir import UNARY_MATH, Buffer, Expr, Index, IndexValue, Load, Op, ReductionNode, numel
+from .render import KernelRenderer, Scope, index_code, is_inner_var
+from .scheduler import Kernel, KNode, Stage
 
 # Rows up to this many elements (rounded up to a power of two) are reduced in one block.
 PERSISTENT_MAX = 16384
@@ -126,17 +127,28 @@ _BOOL_INFIX = {"add": "|", "mul": "&", "maximum": "|", "minimum": "&"}
 _CORE_MATH = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
               "sqrt": "tl.sqrt_rn", "rsqrt": "tl.rsqrt", "sin": "tl.sin", "cos": "tl.cos",
               "erf": "tl.erf", "floor": "tl.floor", "ceil": "tl.ceil", "abs": "tl.abs"}
+_LIBDEVICE = {"round": "nearbyint", "trunc": "trunc"}
+_OPS = {
+    **{n: f"({{0}} {s} {{1}})" for n, s in _INFIX.items()},
+    **{n: f"libdevice.{_LIBDEVICE.get(n, n)}({{0}})" for n in UNARY_MATH
+       if n not in ("sigmoid", "reciprocal")},  # spelled in special_op
+    **{n: f"{fn}({{0}})" for n, fn in _CORE_MATH.items()},
+    "pow": "libdevice.pow({0}, {1})", "atan2": "libdevice.atan2({0}, {1})",
+    "cast": "{0}.to({t})", "where": "tl.where({0}, {1}, {2})", "maximum": "tl.maximum({0}, {1})",
+    "minimum": "tl.minimum({0}, {1})", "floordiv": "_floordiv_int({0}, {1})",
+    "remainder": "_remainder({0}, {1})", "neg": "(-{0})", "not": "(~{0})", "bitnot": "(~{0})",
+    "sign": "_sign({0})", "isnan": "({0} != {0})", "frac": "({0} - libdevice.trunc({0}))",
+}
 # Reductions go through tl.reduce with our own combine functions, never tl.sum and friends:
 # those are jit functions of Triton's standard library, which the interpreter cannot call when
 # triton was imported before TRITON_INTERPRET was set (torch._dynamo imports it early).
 _COMBINE = {"sum": "_add", "prod": "_prod", "max": "_max_nan", "min": "_min_nan", "any": "_max_nan",
             "all": "_min_nan", "argmax": "_arg_max", "argmin": "_arg_min"}
-_LIBDEVICE = {"round": "nearbyint", "pow": "pow", "atan2": "atan2", "trunc": "trunc"}
 
 
 @dataclass
 class TritonKernel:
-    """One emitted kernel and what its launcher needs to know."""
+    """One rendered kernel and what its launcher needs to know."""
 
     name: str
     source: str
@@ -146,30 +158,8 @@ class TritonKernel:
     rnumel: int  # the longest inner stage (0 for pointwise kernels)
 
 
-@dataclass
-class _Scope:
-    lines: List[str]
-    cache: Dict[Expr, str] = field(default_factory=dict)
-
-
 def next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
-
-
-def _numel(sizes: Sequence[int]) -> int:
-    return math.prod(sizes)
-
-
-def literal(value, dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "True" if value else "False"
-    if dtype.is_floating_point:
-        if math.isnan(value):
-            return "_NAN"
-        if math.isinf(value):
-            return "-_INF" if value < 0 else "_INF"
-        return repr(float(value))
-    return str(int(value))
 
 
 def _neutral(kind: str, dtype: torch.dtype):
@@ -184,11 +174,15 @@ def _neutral(kind: str, dtype: torch.dtype):
     return info.min if is_max else info.max
 
 
-class KernelEmitter:
+class TritonRenderer(KernelRenderer):
+    """Levels: 0 the same for every element, 1 varies per row (outer point), 2 per element."""
+
+    OPS = _OPS
+    TRUE, FALSE = "True", "False"
+
     def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer], persistent_max: int):
-        self.k = kernel
-        self.buffers = buffers
-        inner = [_numel(s.inner) for s in kernel.stages if s.inner is not None]
+        super().__init__(kernel, buffers)
+        inner = [numel(s.inner) for s in kernel.stages if s.inner is not None]
         self.rnumel = max(inner, default=0)
         if not inner:
             self.kind = "pointwise"
@@ -197,24 +191,36 @@ class KernelEmitter:
         else:
             self.kind = "looped"
         self.rank = 1 if self.kind == "pointwise" else 2
-        self.xnumel = _numel(kernel.outer)
-        self.top = _Scope([])
-        self.inner: Optional[_Scope] = None
+        self.xnumel = numel(kernel.outer)
+        self.top = Scope([])
+        self.inner: Optional[Scope] = None
         self.persistent_caches: Dict[Tuple[int, ...], Dict[Expr, str]] = {}
         self.reduced: Dict[str, str] = {}  # reduction node -> its per-row result variable
-        self.reads: set = set()
-        self.counter = 0
-        self.stage_index = 0
         self.rblock = ""  # the current stage's block width (a literal or "RBLOCK")
         self.var_names: Dict[str, str] = {}  # r0.. -> this stage's variables
-        self._levels: Dict[Expr, int] = {}
         self.wide = self._needs_int64()
 
-    def new_var(self, prefix: str = "tmp") -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
+    # -- spelling ------------------------------------------------------------------------------
 
-    # -- shapes and indices --------------------------------------------------------------
+    def nan_literal(self, dtype: torch.dtype) -> str:
+        return "_NAN"
+
+    def inf_literal(self, dtype: torch.dtype, negative: bool) -> str:
+        return "-_INF" if negative else "_INF"
+
+    def float_literal(self, value: float, dtype: torch.dtype) -> str:
+        return repr(value)
+
+    def int_literal(self, value: int, dtype: torch.dtype) -> str:
+        return str(value)
+
+    def type_name(self, dtype: torch.dtype) -> str:
+        return TL_TYPES[dtype]
+
+    def definition(self, name: str, dtype: torch.dtype, code: str) -> str:
+        return f"{name} = {code}"
+
+    # -- shapes and indices --------------------------------------------------------------------
 
     def _needs_int64(self) -> bool:
         """Whether some offset (or the flat loop index) can pass int32."""
@@ -236,151 +242,98 @@ class KernelEmitter:
             return "[XBLOCK]"
         return f"[XBLOCK, {self.rblock}]" if level == 2 else "[XBLOCK, 1]"
 
-    def index_code(self, ix: Index, level: int = 0) -> str:
+    def offsets(self, ix: Index, level: int = 0) -> str:
         """Offsets for `ix`, padded to the block shape of `level` when some of its loop
         variables are missing (stores and broadcast loads need full-shape pointers)."""
-        parts = []
-        for n, c in ix.terms:
-            name = self.var_names.get(n, n)
-            parts.append(name if c == 1 else f"{c} * {name}")
-        if ix.const or not parts:
-            parts.append(str(ix.const))
+        code = index_code(ix, lambda n: self.var_names.get(n, n))
         names = ix.vars()
         if level >= 1 and not any(v.startswith("p") for v in names):
-            parts.append("0 * xindex")
-        if level == 2 and not any(v.startswith("r") for v in names):
-            parts.append(f"0 * {self.var_names['rindex']}")
-        return " + ".join(parts)
+            code += " + 0 * xindex"
+        if level == 2 and not any(is_inner_var(v) for v in names):
+            code += f" + 0 * {self.var_names['rindex']}"
+        return code
 
     def mask_of(self, ix: Index) -> Optional[str]:
         names = ix.vars()
         masks = []
         if any(v.startswith("p") for v in names):
             masks.append("xmask")
-        if any(v.startswith("r") for v in names):
+        if any(is_inner_var(v) for v in names):
             masks.append(self.var_names["rmask"])
         return " & ".join(masks) if masks else None
 
     def index_level(self, ix: Index) -> int:
         names = ix.vars()
-        if any(v.startswith("r") for v in names):
+        if any(is_inner_var(v) for v in names):
             return 2
         return 1 if names else 0
 
-    # -- expressions ---------------------------------------------------------------------
+    # -- values --------------------------------------------------------------------------------
 
     def _producer(self, ld: Load) -> Optional[KNode]:
-        if classify(self.k, self.stage_index, ld) == "external":
+        if self.load_kind(ld) == "external":
             self.reads.add(ld.buffer)
             return None
         return self.k.producer(ld.buffer)
 
-    def level(self, e: Expr) -> int:
-        """0: the same for every element, 1: varies per row (outer point), 2: per element."""
-        hit = self._levels.get(e)
-        if hit is None:
-            hit = self._levels[e] = self._level(e)
-        return hit
+    def local_level(self, ld: Load) -> Optional[int]:
+        prod = self._producer(ld)
+        if prod is None:
+            return None
+        return 1 if prod.is_reduction else self.level(prod.body)
 
-    def _level(self, e: Expr) -> int:
-        if isinstance(e, Load):
-            prod = self._producer(e)
-            if prod is not None:
-                return 1 if prod.is_reduction else self.level(prod.body)
-            return self.index_level(e.index)
-        if isinstance(e, IndexValue):
-            return self.index_level(e.index)
-        return max((self.level(c) for c in e.children()), default=0)
-
-    def const(self, value, dtype: torch.dtype) -> str:
-        shape = "[1]" if self.rank == 1 else "[1, 1]"
-        return f"tl.full({shape}, {literal(value, dtype)}, {TL_TYPES[dtype]})"
-
-    def value(self, e: Expr) -> str:
+    def direct_value(self, e: Expr) -> Optional[str]:
         if isinstance(e, Load):
             prod = self._producer(e)
             if prod is not None:
                 return self.reduced[prod.name] if prod.is_reduction else self.value(prod.body)
-        scope = self.inner if self.level(e) == 2 else self.top
-        hit = scope.cache.get(e)
-        if hit is not None:
-            return hit
-        code = self._code(e)
-        name = self.new_var()
-        scope.lines.append(f"{name} = {code}")
-        scope.cache[e] = name
-        return name
+        return None
 
-    def _code(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            return self.const(e.value, e.dtype)
-        if isinstance(e, Load):
-            ptr = f"{e.buffer} + ({self.index_code(e.index)})"
-            mask = self.mask_of(e.index)
-            load = f"tl.load({ptr}, {mask}, other=0)" if mask else f"tl.load({ptr})"
-            # Loads of bool buffers come back as int8 on some Triton versions.
-            return f"{load}.to(tl.int1)" if e.dtype == torch.bool else load
-        if isinstance(e, IndexValue):
-            if not e.index.terms:
-                return self.const(e.index.const, e.dtype)
-            return f"({self.index_code(e.index)}).to({TL_TYPES[e.dtype]})"
-        assert isinstance(e, Op)
-        return self._op(e, [self.value(a) for a in e.args])
+    def scope_of(self, e: Expr) -> Scope:
+        return self.inner if self.level(e) == 2 else self.top
 
-    def _op(self, e: Op, a: List[str]) -> str:
-        n, t = e.name, TL_TYPES[e.dtype]
-        src = e.args[0].dtype
-        if n == "cast":
-            return f"({a[0]} != 0)" if e.dtype == torch.bool else f"{a[0]}.to({t})"
+    def const_code(self, value, dtype: torch.dtype) -> str:
+        shape = "[1]" if self.rank == 1 else "[1, 1]"
+        return f"tl.full({shape}, {self.literal(value, dtype)}, {TL_TYPES[dtype]})"
+
+    def load_code(self, ld: Load) -> str:
+        ptr = f"{ld.buffer} + ({self.offsets(ld.index)})"
+        mask = self.mask_of(ld.index)
+        load = f"tl.load({ptr}, {mask}, other=0)" if mask else f"tl.load({ptr})"
+        # Loads of bool buffers come back as int8 on some Triton versions.
+        return f"{load}.to(tl.int1)" if ld.dtype == torch.bool else load
+
+    def index_value_code(self, e: IndexValue) -> str:
+        if not e.index.terms:
+            return self.const_code(e.index.const, e.dtype)
+        return f"({self.offsets(e.index)}).to({TL_TYPES[e.dtype]})"
+
+    def special_op(self, e: Op, a: List[str]) -> Optional[str]:
+        n, src = e.name, e.args[0].dtype
+        if n == "cast" and e.dtype == torch.bool:
+            return f"({a[0]} != 0)"
         if src == torch.bool and n in _BOOL_INFIX:
             return f"({a[0]} {_BOOL_INFIX[n]} {a[1]})"
-        if n in _INFIX:
-            return f"({a[0]} {_INFIX[n]} {a[1]})"
-        if n == "where":
-            return f"tl.where({a[0]}, {a[1]}, {a[2]})"
-        if n in ("maximum", "minimum"):
-            if src.is_floating_point:
-                return f"_{n[:3]}_nan({a[0]}, {a[1]})"
-            return f"tl.{n}({a[0]}, {a[1]})"
-        if n == "floordiv":
-            return f"_floordiv_{'float' if src.is_floating_point else 'int'}({a[0]}, {a[1]})"
-        if n == "remainder":
-            return f"_remainder({a[0]}, {a[1]})"
-        if n == "neg":
-            return f"(-{a[0]})"
-        if n in ("not", "bitnot"):
-            return f"(~{a[0]})"
-        if n == "sign":
-            return f"_sign({a[0]})"
-        if n == "isnan":
-            return f"({a[0]} != {a[0]})"
+        if n in ("maximum", "minimum") and src.is_floating_point:
+            return f"_{n[:3]}_nan({a[0]}, {a[1]})"
+        if n == "floordiv" and src.is_floating_point:
+            return f"_floordiv_float({a[0]}, {a[1]})"
         if n == "isinf":
-            return f"(tl.abs({a[0]}) == {self.const(math.inf, src)})"
-        one = self.const(1, e.dtype) if e.dtype.is_floating_point else ""
+            return f"(tl.abs({a[0]}) == {self.const_code(math.inf, src)})"
+        one = self.const_code(1, e.dtype) if e.dtype.is_floating_point else ""
         if n == "reciprocal":
             return f"({one} / {a[0]})"
         if n == "sigmoid":
             return f"({one} / ({one} + tl.exp(-{a[0]})))"
-        if n == "frac":
-            return f"({a[0]} - libdevice.trunc({a[0]}))"
         if n == "sqrt" and src == torch.float64:
             return f"tl.sqrt({a[0]})"  # sqrt_rn takes fp32 only; fp64 sqrt is correctly rounded
-        if n in _CORE_MATH:
-            return f"{_CORE_MATH[n]}({a[0]})"
-        return f"libdevice.{_LIBDEVICE.get(n, n)}({', '.join(a)})"
+        return None
 
-    # -- kernel ---------------------------------------------------------------------------
+    # -- kernel --------------------------------------------------------------------------------
 
-    def emit(self) -> TritonKernel:
+    def render(self) -> TritonKernel:
         k = self.k
-        for i, stage in enumerate(k.stages):
-            self.stage_index = i
-            self._levels = {}
-            if stage.inner is None:
-                for kn in stage.nodes:
-                    self._store(kn, self.value(kn.body), 1)
-            else:
-                self._inner_stage(stage)
+        self.render_stages()
         head = self._prologue()
         args = sorted(self.reads | k.stored)
         params = args + ["XBLOCK: tl.constexpr"]
@@ -410,6 +363,9 @@ class KernelEmitter:
             inner *= sizes[d]
         return list(reversed(lines))
 
+    def pointwise_node(self, kn: KNode) -> None:
+        self._store(kn, self.value(kn.body), 1)
+
     def _store(self, kn: KNode, value: str, level: int) -> None:
         if kn.name not in self.k.stored:
             return
@@ -417,21 +373,21 @@ class KernelEmitter:
         mask = "xmask" if level < 2 else f"xmask & {self.var_names['rmask']}"
         if self.level(kn.body) < level and not kn.is_reduction:
             value = f"tl.broadcast_to({value}, {self.block_shape(level)})"
-        lines.append(f"tl.store({kn.name} + ({self.index_code(kn.store, level)}), {value}, {mask})")
+        lines.append(f"tl.store({kn.name} + ({self.offsets(kn.store, level)}), {value}, {mask})")
 
-    def _inner_stage(self, stage: Stage) -> None:
+    def inner_stage(self, stage: Stage) -> None:
         i = self.stage_index
-        rnumel = _numel(stage.inner)
+        rnumel = numel(stage.inner)
         looped = self.kind == "looped"
         self.rblock = "RBLOCK" if looped else str(next_power_of_2(rnumel))
         rindex, rmask = f"rindex_{i}", f"rmask_{i}"
         self.var_names = {f"r{d}": f"r{d}_{i}" for d in range(len(stage.inner))}
         self.var_names.update(rindex=rindex, rmask=rmask)
         if looped:
-            self.inner = _Scope([])
+            self.inner = Scope([])
         else:
             # A whole row is one block: equal expressions of equal-shaped stages are equal values.
-            self.inner = _Scope([], self.persistent_caches.setdefault(stage.inner, {}))
+            self.inner = Scope([], self.persistent_caches.setdefault(stage.inner, {}))
         start = "roffset + " if looped else ""
         arange = f"tl.arange(0, {self.rblock})[None, :]"
         if self.wide:
@@ -467,7 +423,7 @@ class KernelEmitter:
         v = self.value(kn.body)
         if work != src:
             v = f"{v}.to(tl.int8)"
-        masked = f"tl.where({self.var_names['rmask']}, {v}, {self.const(_neutral(kind, work), work)})"
+        masked = f"tl.where({self.var_names['rmask']}, {v}, {self.const_code(_neutral(kind, work), work)})"
         vname = self.new_var("red")
         self.inner.lines.append(f"{vname} = tl.broadcast_to({masked}, {shape})")
         out = f"{kn.name}_v"
@@ -486,7 +442,7 @@ class KernelEmitter:
                 return [f"{out} = {out}[:, None]"]
             return [f"{out} = {self._finish(f'{reduced}[:, None]', kind, src)}"]
         acc = f"{kn.name}_acc"
-        init = self.const(_neutral(kind, work), work)
+        init = self.const_code(_neutral(kind, work), work)
         self.top.lines.append(f"{acc} = tl.broadcast_to({init}, {shape})")
         if arg:
             self.top.lines.append(f"{acc}_idx = tl.full({shape}, {2 ** 62}, tl.int64)")
@@ -502,9 +458,10 @@ class KernelEmitter:
         return f"({code} != 0)" if src == torch.bool or kind in ("any", "all") else code
 
 
-def emit_triton(kernels: List[Kernel], buffers: Dict[str, Buffer],
-                persistent_max: Optional[int] = None) -> Tuple[str, List[TritonKernel]]:
+
+def render_triton(kernels: List[Kernel], buffers: Dict[str, Buffer],
+                  persistent_max: Optional[int] = None) -> Tuple[str, List[TritonKernel]]:
     """The module source (prelude + one function per kernel) and the kernels' descriptions."""
     limit = PERSISTENT_MAX if persistent_max is None else persistent_max
-    emitted = [KernelEmitter(k, buffers, limit).emit() for k in kernels]
-    return PRELUDE + "\n\n" + "\n\n".join(e.source for e in emitted), emitted
+    rendered = [TritonRenderer(k, buffers, limit).render() for k in kernels]
+    return PRELUDE + "\n\n" + "\n\n".join(r.source for r in rendered), rendered

@@ -10,8 +10,8 @@ strides torch itself would produce. Each op then maps to a lazily evaluated valu
 
 Values are "realized" (turned into an IR node writing a buffer) only where memory is needed: graph
 outputs, reduction results, extern arguments, and views that cannot be expressed as affine indexing.
-Ops without a lowering, or with dtypes the code generator does not handle, become extern calls to
-torch, so an unsupported op costs speed, never correctness.
+Ops without a lowering (op_lowerings), or with dtypes the code generator does not handle, become
+extern calls to torch, so an unsupported op costs speed, never correctness.
 """
 from __future__ import annotations
 
@@ -24,24 +24,16 @@ import torch.fx
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
+from .errors import CannotCompile, CannotLower
 from .ir import (
     Buffer, Const, Expr, ExternNode, Index, Load, Node, Op, PointwiseNode, ReductionNode,
-    contiguous_strides, inner_var, outer_var,
+    contiguous_strides, inner_var, numel, outer_var,
 )
 
 SUPPORTED_DTYPES = (
     torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
     torch.bool,
 )
-
-
-class Unsupported(Exception):
-    """Raised by a lowering that cannot handle its arguments; the op becomes an extern call."""
-
-
-class EagerRejects(Unsupported):
-    """Eager raises on the graph's inputs, so the graph is not compiled: run eagerly, it raises
-    eager's own error."""
 
 
 @dataclass
@@ -187,7 +179,7 @@ class GraphLowering:
                 return Lazy(out_size, dtype, lambda i: Const(0, dtype))
             src = v
             return Lazy(out_size, dtype, lambda i: cast(src.load(_unreduce(i, nd, dims, keepdim)), dtype))
-        if not outer and kind in _SPLITTABLE and _numel(inner) >= _SPLIT_MIN_NUMEL:
+        if not outer and kind in _SPLITTABLE and numel(inner) >= _SPLIT_MIN_NUMEL:
             split = _split_inner(tuple(inner))
             if split is not None:
                 # One long serial reduction becomes rows of partial results (parallel, and each
@@ -245,14 +237,14 @@ class GraphLowering:
                 names.append(None)
                 results.append(None)
             else:
-                raise Unsupported(f"extern {node.target} returns {type(t).__name__}")
+                raise CannotCompile(f"extern {node.target} returns {type(t).__name__}")
         self.nodes.append(ExternNode(tuple(names), node.target, args, kwargs, tuple(reads)))
         return tuple(results) if isinstance(val, (tuple, list)) else results[0]
 
     # -- graph walk --------------------------------------------------------------------------
 
     def run(self) -> None:
-        from .lowerings import LOWERINGS
+        from .op_lowerings import LOWERINGS
 
         placeholders = iter(self.example_inputs)
         for node in self.gm.graph.nodes:
@@ -262,7 +254,7 @@ class GraphLowering:
                 self.input_names.append(v.buffer)
                 self.env[node] = v
             elif node.op == "get_attr":
-                t = _fetch_attr(self.gm, node.target)
+                t = fetch_attr(self.gm, node.target)
                 v = self.tensor_value("const", t)
                 self.constants[v.buffer] = t
                 self.env[node] = v
@@ -271,7 +263,7 @@ class GraphLowering:
             elif node.op == "output":
                 self.lower_outputs(node.args[0])
             else:
-                raise Unsupported(f"fx op {node.op}")
+                raise CannotCompile(f"fx op {node.op}")
 
     def lower_call(self, node: torch.fx.Node, table: Dict[Any, Callable]) -> Any:
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self.env[n])
@@ -281,7 +273,7 @@ class GraphLowering:
         if fn is not None and _dtypes_supported(node, self.device_type):
             try:
                 return fn(self, node, *args, **kwargs)
-            except Unsupported:
+            except CannotLower:
                 pass
         return self.extern(node, args, kwargs)
 
@@ -362,18 +354,11 @@ _SPLIT_MIN_NUMEL = 65536
 _SPLIT_ROW = 16384
 
 
-def _numel(sizes) -> int:
-    n = 1
-    for s in sizes:
-        n *= s
-    return n
-
-
 def _split_inner(inner: Tuple[int, ...]):
     """(outer, inner, substitution) turning reduction dims into partial-result rows, or None."""
     for k in range(1, len(inner)):
-        if _numel(inner[:k]) >= 16 and _numel(inner[k:]) >= 256:
-            rest = _numel(inner[k:])
+        if numel(inner[:k]) >= 16 and numel(inner[k:]) >= 256:
+            rest = numel(inner[k:])
             if k == 1 and rest < _SPLIT_ROW:
                 # Rows of about _SPLIT_ROW elements: part of inner[0] joins each row, so a row
                 # is long enough that its setup and combine cost little.
@@ -419,7 +404,8 @@ def _storage_key(node: torch.fx.Node) -> Any:
     return node
 
 
-def _fetch_attr(gm: torch.nn.Module, target: str):
+def fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    """The module attribute a dotted `get_attr` target names."""
     obj = gm
     for part in target.split("."):
         obj = getattr(obj, part)

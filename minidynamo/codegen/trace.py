@@ -1,4 +1,5 @@
-"""The pipeline: trace to core ATen -> lower to IR -> schedule -> emit C++ -> build -> wrap."""
+"""Re-trace a captured graph for the code generators: functionalised, decomposed to core ATen, on
+stand-ins for module tensors, after checking that eager accepts the example inputs."""
 from __future__ import annotations
 
 import copy
@@ -12,11 +13,8 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from .build import load_library
-from .cpp import emit_source
-from .lowering import EagerRejects, GraphLowering, Unsupported, is_dense
-from .scheduler import Scheduler
-from .wrapper import CompiledGraph, CppGraph
+from .errors import CannotCompile, EagerRejects
+from .graph_lowering import fetch_attr, is_dense
 
 aten = torch.ops.aten
 
@@ -62,7 +60,7 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
         raise
     target = _mutating_op(traced)
     if target is not None:
-        raise Unsupported(f"graph mutates its inputs ({target})")
+        raise CannotCompile(f"graph mutates its inputs ({target})")
     _restore_originals(traced, stand_ins)
     check_eager_accepts(gm, example_inputs)
     return traced, inputs
@@ -95,7 +93,7 @@ def _with_stand_ins(gm: torch.fx.GraphModule, stand_ins: Dict, copy_values: bool
     root: Dict[str, Any] = {}
     for node in gm.graph.nodes:
         if node.op in ("get_attr", "call_module"):
-            value = _fetch_attr(gm, node.target)
+            value = fetch_attr(gm, node.target)
             root[node.target] = stand_in_module(value) if isinstance(value, torch.nn.Module) else stand_in(value)
     return torch.fx.GraphModule(root, copy.deepcopy(gm.graph))
 
@@ -114,23 +112,16 @@ def _restore_originals(traced: torch.fx.GraphModule, stand_ins: Dict) -> None:
     for node in traced.graph.nodes:
         if node.op != "get_attr":
             continue
-        hit = stand_ins.get(id(_fetch_attr(traced, node.target)))
+        hit = stand_ins.get(id(fetch_attr(traced, node.target)))
         if hit is not None:
             parent, _, name = node.target.rpartition(".")
-            owner = _fetch_attr(traced, parent) if parent else traced
+            owner = fetch_attr(traced, parent) if parent else traced
             if name in owner._parameters:
                 owner._parameters[name] = hit[1]
             elif name in owner._buffers:
                 owner._buffers[name] = hit[1]
             else:
                 object.__setattr__(owner, name, hit[1])
-
-
-def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
@@ -170,14 +161,3 @@ def _mutating_op(gm: torch.fx.GraphModule):
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             return target
     return None
-
-
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> CompiledGraph:
-    traced, inputs = trace(gm, example_inputs)
-    lowering = GraphLowering(traced, inputs)
-    lowering.run()
-    keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
-    steps = Scheduler(lowering.nodes, keep).run()
-    source, emitted, groups = emit_source(steps, lowering.buffers, keep)
-    lib = load_library(source) if emitted else None
-    return CppGraph(lowering, steps, lib, emitted, groups, source, gm.forward)

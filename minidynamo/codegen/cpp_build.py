@@ -14,10 +14,9 @@ import json
 import os
 import subprocess
 import tempfile
-import threading
 from typing import Dict
 
-from .. import config
+from . import disk_cache
 
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC",
          "-std=c++17",
@@ -29,8 +28,7 @@ LIBS = ("-lmvec", "-lm")
 MARKER = "minidynamo_cache_key"
 
 stats: Dict[str, int] = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "rejected": 0}
-_loaded: Dict[str, ctypes.CDLL] = {}
-_lock = threading.Lock()
+_loaded = disk_cache.Loaded(stats)
 
 
 def compiler() -> str:
@@ -49,41 +47,25 @@ def compiler_id(cxx: str) -> str:
 
 
 def cache_key(source: str) -> str:
-    cxx = compiler()
-    h = hashlib.sha256()
-    for part in (source, compiler_id(cxx), " ".join(FLAGS + LIBS)):
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:32]
-
-
-def cache_directory() -> str:
-    # Read at call time so tests (and users) can redirect it after import.
-    path = os.path.join(config.cache_dir, "cpp")
-    os.makedirs(path, exist_ok=True)
-    return path
+    return disk_cache.entry_key(source, compiler_id(compiler()), " ".join(FLAGS + LIBS))
 
 
 def load_library(source: str) -> ctypes.CDLL:
     """Return the loaded library for `source`, compiling it only if no valid cache entry exists."""
-    key = cache_key(source)
-    with _lock:
-        lib = _loaded.get(key)
-        if lib is not None:
-            stats["memory_hits"] += 1
-            return lib
-        directory = cache_directory()
-        so_path = os.path.join(directory, key + ".so")
-        lib = _load_cached(so_path, key)
-        if lib is None:
-            _compile(source + _marker(key), so_path)
-            lib = _open(so_path, key)
-            if lib is None:
-                raise RuntimeError(f"freshly built {so_path} failed to load")
-        else:
-            stats["disk_hits"] += 1
-        _loaded[key] = lib
+    return _loaded.get(cache_key(source), lambda key: _load_or_build(source, key))
+
+
+def _load_or_build(source: str, key: str) -> ctypes.CDLL:
+    so_path = os.path.join(disk_cache.directory("cpp"), key + ".so")
+    lib = _load_cached(so_path, key)
+    if lib is not None:
+        stats["disk_hits"] += 1
         return lib
+    _compile(source + _marker(key), so_path)
+    lib = _open(so_path, key)
+    if lib is None:
+        raise RuntimeError(f"freshly built {so_path} failed to load")
+    return lib
 
 
 def _marker(key: str) -> str:
@@ -137,11 +119,8 @@ def _compile(source: str, so_path: str) -> None:
             os.replace(src, failed)
             raise RuntimeError(f"g++ failed:\n{proc.stderr[-4000:]}\n--- source kept in {failed}")
         digest = _digest(out)
-        meta_tmp = os.path.join(tmp, "meta.json")
-        with open(meta_tmp, "w") as f:
-            json.dump(digest, f)
         # Library first, then the sidecar that vouches for it: a reader that finds a sidecar
         # always finds the library it describes (or a newer identical build).
-        os.replace(out, so_path)
-        os.replace(meta_tmp, so_path[:-3] + ".json")
-        os.replace(src, so_path[:-3] + ".cpp")  # for reading only; never used to load
+        disk_cache.move_in(out, so_path)
+        disk_cache.write(so_path[:-3] + ".json", json.dumps(digest))
+        disk_cache.move_in(src, so_path[:-3] + ".cpp")  # for reading only; never used to load

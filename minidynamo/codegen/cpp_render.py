@@ -1,0 +1,550 @@
+"""Render scheduled kernels as C++ (OpenMP + auto-vectorisable loops).
+
+Every expression node becomes one typed local (`T tmpN = ...;`), which both deduplicates common
+subexpressions and gives torch's per-op rounding and integer wrap-around. Expressions that do not
+depend on an inner loop's variables are hoisted out of it. Transcendental functions are declared
+`omp declare simd`, so gcc calls glibc's vector math library (libmvec) inside vectorised loops.
+Which loops run in parallel, spill, stream or prefetch is decided in cpp_tuning.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import torch
+
+from .cpp_prelude import PRELUDE
+from .cpp_tuning import CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, runs_in_parallel
+from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
+from .render import KernelRenderer, Scope, flat_inner, index_code, is_inner_var
+from .scheduler import Kernel, KNode, Stage, Step
+
+CTYPES = {
+    torch.float32: "float", torch.float64: "double", torch.int8: "int8_t", torch.uint8: "uint8_t",
+    torch.int16: "int16_t", torch.int32: "int32_t", torch.int64: "int64_t", torch.bool: "bool",
+}
+
+_BINARY_INFIX = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "truncdiv": "/", "eq": "==", "ne": "!=",
+    "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "and": "&", "or": "|", "xor": "!=",
+    "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>",
+}
+_HELPERS = {"maximum": "md_max", "minimum": "md_min", "floordiv": "md_floordiv",
+            "remainder": "md_remainder", "fmod": "md_fmod", "pow": "mdm::pow",
+            "atan2": "mdm::atan2"}
+_UNARY = {
+    "neg": "(-{0})", "not": "(!{0})", "bitnot": "(~{0})", "abs": "mdm::abs({0})",
+    "sign": "md_sign({0})", "isnan": "({0} != {0})",
+    "isinf": "(mdm::abs({0}) == std::numeric_limits<decltype({0})>::infinity())",
+    "rsqrt": "({t}(1) / mdm::sqrt({0}))", "sigmoid": "({t}(1) / ({t}(1) + mdm::exp(-{0})))",
+    "reciprocal": "({t}(1) / {0})", "frac": "({0} - mdm::trunc({0}))", "round": "mdm::nearbyint({0})",
+}
+_OPS = {
+    **{n: f"mdm::{n}({{0}})" for n in UNARY_MATH},
+    **{n: f"({{0}} {s} {{1}})" for n, s in _BINARY_INFIX.items()},
+    **{n: f"{fn}({{0}}, {{1}})" for n, fn in _HELPERS.items()},
+    **_UNARY,
+    "cast": "static_cast<{t}>({0})", "where": "({0} ? {1} : {2})",
+}
+_FLOAT_INLINE = {"exp": "md_expf({0})", "tanh": "md_tanhf({0})"}
+
+
+@dataclass
+class CppScope(Scope):
+    locals: Dict[str, str] = field(default_factory=dict)  # buffer -> the local holding its value
+
+
+@dataclass
+class CppKernel:
+    name: str
+    source: str
+    args: List[str]  # buffer names, in parameter order (nthreads follows)
+
+
+class CppRenderer(KernelRenderer):
+    """Levels: 0 outside the inner loops, 1 varies inside them."""
+
+    OPS = _OPS
+
+    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer]):
+        super().__init__(kernel, buffers)
+        self.tuning = CppTuning(kernel, buffers)
+        self.outer = CppScope([])
+        self.loop: Optional[CppScope] = None
+        self.parallel_rows = False  # a scalar-outer kernel: its inner loops run in parallel
+        self.stream_lines: Dict[str, str] = {}  # streaming store line -> the plain store line
+        self.flat = ""  # flat inner-loop position of the current stage
+        self.blocked: Dict[str, List[str]] = {}  # reductions with per-lane accumulator arrays
+
+    # -- spelling ------------------------------------------------------------------------------
+
+    def nan_literal(self, dtype: torch.dtype) -> str:
+        return f"std::numeric_limits<{CTYPES[dtype]}>::quiet_NaN()"
+
+    def inf_literal(self, dtype: torch.dtype, negative: bool) -> str:
+        return f"{'-' if negative else ''}std::numeric_limits<{CTYPES[dtype]}>::infinity()"
+
+    def float_literal(self, value: float, dtype: torch.dtype) -> str:
+        return value.hex() + ("f" if dtype == torch.float32 else "")
+
+    def int_literal(self, value: int, dtype: torch.dtype) -> str:
+        if value == -(2 ** 63):
+            return "std::numeric_limits<int64_t>::min()"
+        t = CTYPES[dtype]
+        return f"{t}({value}LL)" if dtype == torch.int64 else f"{t}({value})"
+
+    def type_name(self, dtype: torch.dtype) -> str:
+        return CTYPES[dtype]
+
+    def definition(self, name: str, dtype: torch.dtype, code: str) -> str:
+        return f"{CTYPES[dtype]} {name} = {code};"
+
+    # -- values --------------------------------------------------------------------------------
+
+    def _local(self, ld: Load) -> Optional[Tuple[str, int]]:
+        if self.load_kind(ld) != "local":
+            self.reads.add(ld.buffer)
+            return None
+        if self.loop is not None and ld.buffer in self.loop.locals:
+            return self.loop.locals[ld.buffer], 1
+        return self.outer.locals[ld.buffer], 0
+
+    def local_level(self, ld: Load) -> Optional[int]:
+        local = self._local(ld)
+        return None if local is None else local[1]
+
+    def index_level(self, ix: Index) -> int:
+        return int(any(is_inner_var(v) for v in ix.vars()))
+
+    def direct_value(self, e: Expr) -> Optional[str]:
+        if isinstance(e, Const):
+            return self.literal(e.value, e.dtype)
+        if isinstance(e, Load):
+            local = self._local(e)
+            if local is not None:
+                return local[0]
+        return None
+
+    def scope_of(self, e: Expr) -> CppScope:
+        return self.loop if (self.loop is not None and self.level(e) == 1) else self.outer
+
+    def assign(self, scope: Scope, e: Expr) -> str:
+        spill = self.tuning.spills.get(e) if self.loop is not None else None
+        reuse = spill is not None and self.stage_index in spill[2]
+        code = f"{spill[0]}[{self.flat}]" if reuse else self.code(e)
+        name = self.new_var()
+        scope.lines.append(self.definition(name, e.dtype, code))
+        if spill is not None and self.stage_index == spill[1]:
+            scope.lines.append(f"{spill[0]}[{self.flat}] = {name};")
+        return name
+
+    def load_code(self, ld: Load) -> str:
+        return f"{ld.buffer}[{index_code(ld.index)}]"
+
+    def index_value_code(self, e: IndexValue) -> str:
+        return f"static_cast<{CTYPES[e.dtype]}>({index_code(e.index)})"
+
+    def special_op(self, e: Op, args: List[str]) -> Optional[str]:
+        if e.name == "truediv" and e.dtype.is_floating_point and self.loop is not None \
+                and not isinstance(e.args[1], Const) \
+                and self.level(e.args[1]) == 0 and self.level(e.args[0]) == 1:
+            # Loop-invariant divisor: one division per row, a multiply per element (as eager's
+            # softmax does); differs from division by at most an ulp.
+            recip = self.value(Op("truediv", (Const(1.0, e.dtype), e.args[1]), e.dtype))
+            return f"({args[0]} * {recip})"
+        if e.dtype == torch.float32 and e.name in _FLOAT_INLINE:
+            return _FLOAT_INLINE[e.name].format(args[0])
+        return None
+
+    # -- kernel --------------------------------------------------------------------------------
+
+    def render(self) -> CppKernel:
+        k = self.k
+        has_loops = any(s.inner is not None for s in k.stages)
+        parallel = runs_in_parallel(k)
+        self.parallel_rows = parallel and not k.outer
+        self.render_stages()
+        body = self.outer.lines
+        n = len(k.outer)
+        blocked = self._prefetched_loop(body, parallel) if n == 1 and not has_loops else None
+        if blocked is not None:
+            body = blocked
+        elif n:
+            loops = []
+            pure = not has_loops
+            par_dims = n - 1 if pure and n > 1 else n
+            for d, size in enumerate(k.outer):
+                pragma = ""
+                # Never the combined "parallel for simd": gcc then keeps every temporary in
+                # per-lane arrays in memory (10x slower); plain loops auto-vectorise.
+                if d == 0 and parallel and par_dims:
+                    collapse = f" collapse({par_dims})" if par_dims > 1 else ""
+                    pragma = (f"#pragma omp parallel for{collapse} num_threads(nthreads) "
+                              "if(nthreads > 1) schedule(static)")
+                if d == n - 1 and pure and not pragma:
+                    pragma = "#pragma omp simd"
+                loops.append((pragma, f"for (int64_t p{d} = 0; p{d} < {size}; p{d}++) {{"))
+            body = _nest(loops, body)
+        args = sorted(self.reads | k.stored)
+        params = []
+        for a in args:
+            qual = "" if a in k.stored else "const "
+            params.append(f"{qual}{CTYPES[self.buffers[a].dtype]}* __restrict__ {a}")
+        params.append("int nthreads")
+        src = f'static void {k.name}({", ".join(params)}) {{\n'
+        src += "\n".join("  " + line for line in body) + "\n}\n"
+        return CppKernel(k.name, src, args)
+
+    def _page_ahead(self, stage: Stage, lanes: int) -> List[str]:
+        size = stage.inner[0]
+        out = []
+        for name, row, itemsize in self.tuning.page_ahead(stage, lanes):
+            page, ahead = 4096 // itemsize, 8192 // itemsize
+            out.append(f"if (rb % {page} == 0 && rb + {ahead} < {size}) "
+                       f"__builtin_prefetch({name} + ({index_code(row)}) + rb + {ahead});")
+        return out
+
+    def _prefetched_loop(self, body: List[str], parallel: bool) -> Optional[List[str]]:
+        """The flat pointwise loop in blocks of 16 prefetching its inputs ahead, where tuning
+        says so; None otherwise."""
+        size = self.k.outer[0]
+        starts = self.tuning.prefetched_inputs()
+        if not starts:
+            return None
+        lines = ["#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
+                 ] if parallel else []
+        lines.append(f"for (int64_t pb = 0; pb < {size}; pb += 16) {{")
+        for name, const, itemsize in starts:
+            ahead = PREFETCH_AHEAD_BYTES // itemsize
+            for line in range(0, 16, 64 // itemsize):
+                lines.append(f"  if (pb + {ahead + line} < {size}) "
+                             f"__builtin_prefetch({name} + {const} + pb + {ahead + line});")
+        lines += ["  #pragma omp simd", "  for (int64_t rj = 0; rj < 16; rj++) {",
+                  "    int64_t p0 = pb + rj;"]
+        return lines + ["    " + line for line in body] + ["  }", "}"]
+
+    def pointwise_node(self, kn: KNode) -> None:
+        self._pointwise(kn, self.outer)
+
+    def _pointwise(self, kn: KNode, scope: CppScope) -> None:
+        v = self.value(kn.body)
+        scope.locals[kn.name] = v
+        if kn.name in self.k.stored:
+            line = f"{kn.name}[{index_code(kn.store)}] = {v};"
+            if scope is self.loop and kn.name in self.tuning.stream \
+                    and self.stage_index == len(self.k.stages) - 1:
+                st = f"{kn.name}_st[rj] = {v};"
+                self.stream_lines[st] = line
+                line = st
+            scope.lines.append(line)
+
+    def inner_stage(self, stage: Stage) -> None:
+        self.loop = CppScope([])
+        self.flat = index_code(flat_inner(stage.inner))
+        for e, (name, first, _) in self.tuning.spills.items():
+            if first == self.stage_index:
+                if name in self.tuning.spill_into:
+                    self.outer.lines.append(f"{CTYPES[e.dtype]}* {name} = {self.tuning.spill_into[name]};")
+                else:
+                    self.outer.lines.append(
+                        f"alignas(64) {CTYPES[e.dtype]} {name}[{numel(stage.inner)}];")
+        reductions = [kn for kn in stage.nodes if kn.is_reduction]
+        clauses, finals = [], []
+        serial = False
+        lanes = self.tuning.blocked_lanes(stage, reductions)
+        for kn in reductions:
+            # With `lanes` accumulators each sums numel/lanes values; _reduction_init's float
+            # threshold is stated for 16 of them.
+            length = numel(stage.inner) * 16 // lanes if lanes else numel(stage.inner)
+            c, f, is_serial = self._reduction_init(kn, length)
+            clauses += c
+            finals.append((kn, f))
+            serial |= is_serial
+        self.blocked = {}
+        if lanes:
+            self._lane_accumulators(stage, reductions, lanes)
+        for kn in stage.nodes:
+            if kn.is_reduction:
+                self._reduction_update(kn, stage.inner)
+            else:
+                self._pointwise(kn, self.loop)
+        if lanes:
+            self._blocked_loop(stage, lanes)
+            self._combine_lanes(reductions, lanes)
+        elif self.stream_lines:
+            self._emit_streaming(stage)
+        else:
+            self._plain_loop(stage, clauses, serial, bool(reductions))
+        self.loop = None
+        self._finish_reductions(finals)
+
+    def _lane_accumulators(self, stage: Stage, reductions: List[KNode], lanes: int) -> None:
+        """Several independent vector accumulators per reduction (lanes / vector width of
+        them): one accumulator would make the loop latency-bound on the add/max chain."""
+        for kn in reductions:
+            acc = f"{kn.name}_acc"
+            names = [acc] + ([f"{acc}_nan"] if kn.node.kind in ("max", "min")
+                             and kn.body.dtype.is_floating_point else [])
+            for a in names:
+                self.outer.lines.append(f"decltype({a}) {a}_l[{lanes}];")
+                self.outer.lines.append(f"for (int rj = 0; rj < {lanes}; rj++) {a}_l[rj] = {a};")
+            self.blocked[kn.name] = names
+        last = len(stage.inner) - 1
+        self.loop.lines.append(f"int64_t r{last} = rb + rj;")
+
+    def _blocked_loop(self, stage: Stage, lanes: int) -> None:
+        loops = [("", f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
+                 for d, size in enumerate(stage.inner[:-1])]
+        loops += [("", f"for (int64_t rb = 0; rb < {stage.inner[-1]}; rb += {lanes}) {{")]
+        lines = _nest(loops, [])
+        close = lines[len(loops):]
+        lines = lines[:len(loops)]
+        pad = "  " * len(loops)
+        tuning = self.tuning
+        if self.stage_index == 0 and len(stage.inner) == 1 and tuning.prefetch \
+                and self.k.stages[-1].inner == stage.inner:
+            for b, off in sorted(tuning.prefetch.items()):
+                for i in range(0, lanes, 16):
+                    lines.append(f"{pad}__builtin_prefetch({b} + ({off}) + rb + {i}, 1);")
+        if len(stage.inner) == 1 and not tuning.next_row:
+            lines += [pad + ln for ln in self._page_ahead(stage, lanes)]
+        if self.stage_index > 0 and len(stage.inner) == 1 and tuning.next_row \
+                and self.k.stages[0].inner == stage.inner:
+            lines.append(f"{pad}if (p0 + 1 < {self.k.outer[0]}) {{")
+            for start, line, write in tuning.next_row:
+                for i in range(0, lanes, line):
+                    lines.append(f"{pad}  __builtin_prefetch({start} + rb + {i}, {write});")
+            lines.append(f"{pad}}}")
+        lines += _nest([("#pragma omp simd", f"for (int64_t rj = 0; rj < {lanes}; rj++) {{")],
+                       self.loop.lines)
+        lines = lines[:len(loops)] + [pad + ln if not ln.startswith(pad) else ln
+                                      for ln in lines[len(loops):]] + close
+        self.outer.lines.extend(lines)
+
+    def _combine_lanes(self, reductions: List[KNode], lanes: int) -> None:
+        """Tree combine of the lane accumulators (halving: vector ops, log-depth) instead of a
+        serial chain."""
+        for kn in reductions:
+            kind = kn.node.kind
+            acc = f"{kn.name}_acc"
+            a, b = f"{acc}_l[rj]", f"{acc}_l[rj + w]"
+            if kind == "sum":
+                comb = [f"{a} += {b};"]
+            else:
+                cmp = ">" if kind == "max" else "<"
+                comb = [f"{a} = {b} {cmp} {a} ? {b} : {a};"]
+                if len(self.blocked[kn.name]) > 1:
+                    comb.append(f"{acc}_nan_l[rj] |= {acc}_nan_l[rj + w];")
+            w = lanes // 2
+            while w:
+                self.outer.lines.append(f"{{ const int w = {w}; for (int rj = 0; rj < w; rj++) {{ "
+                                        + " ".join(comb) + " } }")
+                w //= 2
+            final = (f"{acc} += {acc}_l[0];" if kind == "sum" else
+                     f"{acc} = {acc}_l[0]; " + (f"{acc}_nan = {acc}_nan_l[0];"
+                                                if len(self.blocked[kn.name]) > 1 else ""))
+            self.outer.lines.append(final)
+        self.blocked = {}
+
+    def _plain_loop(self, stage: Stage, clauses: List[str], serial: bool, reduces: bool) -> None:
+        loops = []
+        clause = "".join(f" reduction({c})" for c in clauses)
+        for d, size in enumerate(stage.inner):
+            pragma = ""
+            # Large full reductions were split into row reductions by the lowering, so only
+            # pointwise stages of scalar-outer kernels run their inner loop in parallel.
+            if d == 0 and self.parallel_rows and not reduces:
+                pragma = "#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
+            elif d == len(stage.inner) - 1 and not serial:
+                pragma = f"#pragma omp simd{clause}"
+            loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{"))
+        self.outer.lines.extend(_nest(loops, self.loop.lines))
+
+    def _emit_streaming(self, stage: Stage) -> None:
+        """Rows whose outputs are 64-byte aligned: 16 values at a time into a register-sized
+        array, then one non-temporal store each; other rows: the plain loop."""
+        names = sorted(self.tuning.stream)
+        aligned = " && ".join(f"(reinterpret_cast<uintptr_t>({n} + ({self.tuning.stream[n]})) % 64 == 0)"
+                              for n in names)
+        out = [f"if ({aligned}) {{",
+               f"  for (int64_t rb = 0; rb < {stage.inner[0]}; rb += 16) {{"]
+        out += [f"    alignas(64) float {n}_st[16];" for n in names]
+        out += ["    #pragma omp simd", "    for (int64_t rj = 0; rj < 16; rj++) {",
+                "      int64_t r0 = rb + rj;"]
+        out += ["      " + line for line in self.loop.lines]
+        out += ["    }"]
+        out += [f"    md_stream16({n} + ({self.tuning.stream[n]}) + rb, {n}_st);" for n in names]
+        out += ["  }", "} else {"]
+        plain = [self.stream_lines.get(line, line) for line in self.loop.lines]
+        out += ["  " + line for line in _nest(
+            [("#pragma omp simd", f"for (int64_t r0 = 0; r0 < {stage.inner[0]}; r0++) {{")],
+            plain)]
+        out += ["}"]
+        self.outer.lines.extend(out)
+        self.stream_lines = {}
+
+    def _finish_reductions(self, finals) -> None:
+        for kn, final in finals:
+            self.outer.lines.extend(final)
+            self.outer.locals[kn.name] = f"{kn.name}_v"
+            if kn.name in self.k.stored:
+                self.outer.lines.append(f"{kn.name}[{index_code(kn.store)}] = {kn.name}_v;")
+
+    def _reduction_init(self, kn: KNode, length: int = 1 << 30):
+        node: ReductionNode = kn.node  # type: ignore[assignment]
+        t_out = CTYPES[node.dtype]
+        src_dtype = kn.body.dtype
+        t_src = CTYPES[src_dtype]
+        acc = f"{kn.name}_acc"
+        res = f"{kn.name}_v"
+        kind = node.kind
+        floating = src_dtype.is_floating_point
+        lines = self.outer.lines
+        if kind in ("sum", "prod"):
+            t_acc = "double" if double_accumulator(node.dtype, length) else t_out
+            lines.append(f"{t_acc} {acc} = {0 if kind == 'sum' else 1};")
+            return ([f"{'+' if kind == 'sum' else '*'}:{acc}"],
+                    [f"{t_out} {res} = static_cast<{t_out}>({acc});"], False)
+        if kind in ("any", "all"):
+            # int, not bool: gcc vectorises int or/and reductions far better.
+            lines.append(f"int {acc} = {0 if kind == 'any' else 1};")
+            return [f"{'|' if kind == 'any' else '&'}:{acc}"], [f"bool {res} = {acc} != 0;"], False
+        is_max = kind in ("max", "argmax")
+        init = (f"-std::numeric_limits<{t_src}>::infinity()" if floating and is_max else
+                f"std::numeric_limits<{t_src}>::infinity()" if floating else
+                f"std::numeric_limits<{t_src}>::lowest()" if is_max else
+                f"std::numeric_limits<{t_src}>::max()")
+        lines.append(f"{t_src} {acc} = {init};")
+        if kind in ("max", "min"):
+            clauses = [f"{kind}:{acc}"]
+            final = f"{t_out} {res} = {acc};"
+            if floating:
+                lines.append(f"int {acc}_nan = 0;")
+                clauses.append(f"|:{acc}_nan")
+                final = (f"{t_out} {res} = {acc}_nan ? "
+                         f"std::numeric_limits<{t_out}>::quiet_NaN() : {acc};")
+            return clauses, [final], False
+        lines.append(f"int64_t {acc}_idx = 0;")
+        return [], [f"int64_t {res} = {acc}_idx;"], True
+
+    def _reduction_update(self, kn: KNode, inner: Tuple[int, ...]) -> None:
+        node: ReductionNode = kn.node  # type: ignore[assignment]
+        v = self.value(kn.body)
+        acc = f"{kn.name}_acc"
+        nan = f"{acc}_nan"
+        if kn.name in self.blocked:
+            nan = f"{acc}_nan_l[rj]"
+            acc = f"{acc}_l[rj]"
+        lines = self.loop.lines
+        kind = node.kind
+        floating = kn.body.dtype.is_floating_point
+        if kind == "sum":
+            lines.append(f"{acc} += {v};")
+        elif kind == "prod":
+            lines.append(f"{acc} *= {v};")
+        elif kind == "any":
+            lines.append(f"{acc} = {acc} | {v};")
+        elif kind == "all":
+            lines.append(f"{acc} = {acc} & {v};")
+        elif kind in ("max", "min"):
+            cmp = ">" if kind == "max" else "<"
+            lines.append(f"{acc} = {v} {cmp} {acc} ? {v} : {acc};")
+            if floating:
+                lines.append(f"{nan} = {nan} | ({v} != {v});")
+        else:
+            cmp = ">" if kind == "argmax" else "<"
+            flat = index_code(flat_inner(inner))
+            cond = f"{v} {cmp} {acc}"
+            if floating:
+                cond += f" || ({v} != {v} && {acc} == {acc})"
+            lines.append(f"if ({cond}) {{ {acc} = {v}; {acc}_idx = {flat}; }}")
+
+
+
+def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
+    out: List[str] = []
+    depth = 0
+    for pragma, header in loops:
+        if pragma:
+            out.append("  " * depth + pragma)
+        out.append("  " * depth + header)
+        depth += 1
+    out.extend("  " * depth + line for line in body)
+    for d in reversed(range(depth)):
+        out.append("  " * d + "}")
+    return out
+
+
+_GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
+
+
+@dataclass
+class KernelGroup:
+    """A run of consecutive kernels called through one exported function. Intermediates that no
+    other step reads and that are small live on its stack, so the wrapper neither allocates them
+    nor makes a call per kernel."""
+
+    name: str
+    kernels: List[str]
+    args: List[str]  # buffers the wrapper passes, in parameter order (nthreads follows)
+    stored: List[str]  # the args the group writes: the wrapper allocates them
+    local: List[str]
+
+
+def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel],
+                  buffers: Dict[str, Buffer], keep: Set[str]) -> List[KernelGroup]:
+    runs: List[List[Kernel]] = []
+    after_kernel = False
+    for step in steps:
+        if isinstance(step, Kernel):
+            if after_kernel:
+                runs[-1].append(step)
+            else:
+                runs.append([step])
+        after_kernel = isinstance(step, Kernel)
+    readers: Dict[str, Set[int]] = {b: {-1} for b in keep}  # -1: an extern call or the caller
+    for step in steps:
+        if isinstance(step, ExternNode):
+            for b in step.reads:
+                readers.setdefault(b, set()).add(-1)
+    for i, run in enumerate(runs):
+        for k in run:
+            for b in rendered[k.name].args:
+                readers.setdefault(b, set()).add(i)
+    groups = []
+    for i, run in enumerate(runs):
+        stored = set().union(*(k.stored for k in run))
+        local, room = [], _GROUP_LOCAL_BYTES
+        for b in sorted(stored):
+            nbytes = buffers[b].span_bytes()
+            if readers.get(b, set()) <= {i} and nbytes <= room:
+                local.append(b)
+                room -= nbytes
+        args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local))
+        groups.append(KernelGroup(f"group{i}", [k.name for k in run], args,
+                                  [b for b in args if b in stored], local))
+    return groups
+
+
+def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
+                  buffers: Dict[str, Buffer]) -> str:
+    params = [f"{'' if b in group.stored else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
+              for b in group.args] + ["int nthreads"]
+    lines = [f'extern "C" void {group.name}({", ".join(params)}) {{']
+    for b in group.local:
+        lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
+                     f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
+    for name in group.kernels:
+        lines.append(f"  {name}({', '.join(rendered[name].args + ['nthreads'])});")
+    return "\n".join(lines) + "\n}\n"
+
+
+def render_cpp(steps: Sequence[Step], buffers: Dict[str, Buffer], keep: Set[str]
+               ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
+    """The library source (prelude, kernels, one exported function per kernel group), the
+    kernels and the groups."""
+    rendered = [CppRenderer(k, buffers).render() for k in steps if isinstance(k, Kernel)]
+    by_name = {e.name: e for e in rendered}
+    groups = group_kernels(steps, by_name, buffers, keep)
+    parts = [e.source for e in rendered] + [_group_source(g, by_name, buffers) for g in groups]
+    return PRELUDE + "\n" + "\n".join(parts), rendered, groups

@@ -1,0 +1,130 @@
+"""The Python callable that runs a compiled graph: allocates buffers, calls kernels and externs in
+order, and returns the outputs (as views where the graph returns views). CompiledGraph interprets
+its steps; the Triton graphs build on it, the C++ graphs (cpp_wrapper) generate their call."""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+from torch.utils._pytree import tree_map, tree_unflatten
+
+from .. import config
+from .graph_lowering import ExternArg, GraphLowering, OutputSpec, is_dense
+from .ir import Buffer, ExternNode
+from .scheduler import Kernel, Step
+
+
+def same_layout(size, stride_a, stride_b) -> bool:
+    """Equal strides wherever the size makes them matter."""
+    return all(a == b or s == 1 for a, b, s in zip(stride_a, stride_b, size))
+
+
+def relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
+    """`t` with the strides the generated code assumes, copying only when they differ; None when
+    the code assumes overlapping strides (broadcast inputs), which a copy cannot produce."""
+    if same_layout(buf.size, t.stride(), buf.stride):
+        return t
+    if not is_dense(buf.size, buf.stride):
+        return None
+    return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
+
+
+log = logging.getLogger(__name__)
+
+
+def run_eagerly_after(error: Exception, fallback: Callable, args: Sequence[Any]) -> Any:
+    """A compiled graph raised: the graph is pure, so eager runs it again and decides. If eager
+    raises too, the error is the user's and is raised as eager raises it; if not, it is ours:
+    eager's result is returned with a warning (in strict mode the error is raised)."""
+    result = fallback(*args)
+    if config.strict:
+        raise error
+    log.warning("compiled graph raised %s: %s; ran it eagerly", type(error).__name__, error,
+                exc_info=error)
+    return result
+
+
+def materialize(env: Dict[str, Any], a: Any) -> Any:
+    """An extern call's argument: the tensor (view) an ExternArg stands for, anything else as is."""
+    if not isinstance(a, ExternArg):
+        return a
+    t = env[a.buffer]
+    if tuple(t.shape) == a.size and t.stride() == a.stride and a.offset == 0:
+        return t
+    return t.as_strided(a.size, a.stride, t.storage_offset() + a.offset)
+
+
+class CompiledGraph:
+    """Runs a graph's steps in order over an environment of buffers; subclasses say how a kernel
+    is called (`_kernel_call`)."""
+
+    def __init__(self, lowering: GraphLowering, steps: List[Step], rendered: Sequence[Any],
+                 source: str, fallback: Callable):
+        self.source = source
+        self.fallback = fallback  # for inputs laid out in a way the kernels cannot take
+        self.steps = steps
+        self.buffers = lowering.buffers
+        self.inputs = [lowering.buffers[n] for n in lowering.input_names]
+        self.constants = dict(lowering.constants)
+        self.outputs: List[OutputSpec] = lowering.outputs
+        self.out_spec = lowering.out_spec
+        # Inputs some output is a view of: a relayout copy would make that output a view of
+        # the copy, so inputs laid out otherwise than compiled for run eagerly.
+        self.aliased = {o.buffer for o in self.outputs if o.kind == "buffer"} & {b.name for b in self.inputs}
+        self._plan = self._build_plan(rendered)
+
+    @property
+    def kernels(self) -> List[Kernel]:
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    def _build_plan(self, rendered: Sequence[Any]) -> List[Callable[[Dict[str, Any], int], None]]:
+        by_name = {e.name: e for e in rendered}
+        return [self._kernel_call(s, by_name[s.name]) if isinstance(s, Kernel) else self._extern_call(s)
+                for s in self.steps]
+
+    def _kernel_call(self, kernel: Kernel, em: Any) -> Callable[[Dict[str, Any], int], None]:
+        raise NotImplementedError
+
+    def _extern_call(self, node: ExternNode):
+        outs = [self.buffers[n] if n is not None else None for n in node.names]
+
+        def call(env: Dict[str, Any], nthreads: int) -> None:
+            args, kwargs = tree_map(lambda a: materialize(env, a), (node.args, node.kwargs))
+            result = node.fn(*args, **kwargs)
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            for buf, r in zip(outs, results):
+                # an extern op may return None for an output the graph never reads (lstm's reserve)
+                if buf is not None and r is not None:
+                    r = relayout(r, buf)
+                    if r is None:
+                        raise RuntimeError(f"{node.fn} returned an unexpected layout")
+                    env[buf.name] = r
+        return call
+
+    def __call__(self, *args: torch.Tensor) -> Any:
+        try:
+            return self._run(args)
+        except Exception as e:
+            return run_eagerly_after(e, self.fallback, args)
+
+    def _run(self, args: Sequence[torch.Tensor]) -> Any:
+        env: Dict[str, Any] = dict(self.constants)
+        for buf, t in zip(self.inputs, args):
+            fixed = relayout(t, buf)
+            if fixed is None or (fixed is not t and buf.name in self.aliased):
+                return self.fallback(*args)
+            env[buf.name] = fixed
+        nthreads = torch.get_num_threads()
+        for call in self._plan:
+            call(env, nthreads)
+        out = []
+        for spec in self.outputs:
+            if spec.kind == "constant":
+                out.append(spec.constant)
+                continue
+            t = env[spec.buffer]
+            if tuple(t.shape) != spec.size or t.stride() != spec.stride or spec.offset:
+                t = t.as_strided(spec.size, spec.stride, t.storage_offset() + spec.offset)
+            out.append(t)
+        return tree_unflatten(out, self.out_spec)
