@@ -27,7 +27,8 @@ from minidynamo.codegen.scheduler import Kernel  # noqa: E402
 from minidynamo.codegen.triton_pipeline import compile_triton_graph  # noqa: E402
 from minidynamo.codegen.triton_wrapper import LaunchConfig  # noqa: E402
 from test_cpp_backend import (  # noqa: E402
-    BINARY, REDUCTIONS, UNARY, VIEWS, A, B, BOOL, IA, IB, POS, R, RI, UNIT, V, X, Batch,
+    BINARY, BINARY_EXTERNS, REDUCTION_EXTERNS, REDUCTIONS, UNARY, VIEW_EXTERNS, VIEWS, A, B, BOOL, IA, IB,
+    POS, R, RI, UNIT, V, X, Batch,
     _kernels, _stored, assert_close,
 )
 
@@ -60,7 +61,7 @@ def test_unary(unary, name):
 
 @pytest.fixture(scope="module")
 def binary():
-    return TritonBatch(BINARY, A, B, IA, IB, BOOL)
+    return TritonBatch(BINARY, A, B, IA, IB, BOOL, externs=BINARY_EXTERNS)
 
 
 @pytest.mark.parametrize("name", list(BINARY))
@@ -70,7 +71,7 @@ def test_binary(binary, name):
 
 @pytest.fixture(scope="module")
 def reductions():
-    return TritonBatch(REDUCTIONS, R, RI)
+    return TritonBatch(REDUCTIONS, R, RI, externs=REDUCTION_EXTERNS)
 
 
 @pytest.mark.parametrize("name", list(REDUCTIONS))
@@ -81,7 +82,7 @@ def test_reduction(reductions, name):
 @pytest.fixture(scope="module")
 def looped_reductions():
     # Rows longer than 4 elements take the looped path, in chunks narrower than the rows.
-    return TritonBatch(REDUCTIONS, R, RI, persistent_max=4)
+    return TritonBatch(REDUCTIONS, R, RI, persistent_max=4, externs=REDUCTION_EXTERNS)
 
 
 @pytest.mark.parametrize("name", list(REDUCTIONS))
@@ -98,7 +99,7 @@ def test_reduction_kinds_emitted(reductions, looped_reductions):
 
 @pytest.fixture(scope="module")
 def views():
-    return TritonBatch(VIEWS, V)
+    return TritonBatch(VIEWS, V, externs=VIEW_EXTERNS)
 
 
 @pytest.mark.parametrize("name", list(VIEWS))
