@@ -45,18 +45,13 @@ def under_functorch(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
     eagerly."""
     from torch._C._functorch import is_functorch_wrapped_tensor, peek_interpreter_stack
 
+    from ..codegen.graph_lowering import fetch_attr
+
     if peek_interpreter_stack() is not None:
         return True
-    attrs = [_fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
+    attrs = [fetch_attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"]
     return any(isinstance(t, torch.Tensor) and is_functorch_wrapped_tensor(t)
                for t in (*example_inputs, *attrs))
-
-
-def _fetch_attr(gm: torch.nn.Module, target: str):
-    obj = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:

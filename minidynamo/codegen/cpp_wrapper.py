@@ -96,6 +96,32 @@ def _spec_code(spec, leaves: List[str]) -> Optional[str]:
     return build(spec)
 
 
+class _Names:
+    """The generated function's globals and names: buffers are locals `vN`; values that have no
+    literal spelling are globals `_kN`; `exact` says whether a buffer's tensor has exactly the
+    buffer's strides."""
+
+    def __init__(self, globals_: Dict[str, Any]):
+        self.globals = globals_
+        self.exact: Dict[str, bool] = {}
+        self._locals: Dict[str, str] = {}
+        self._count = 0
+
+    def const(self, value) -> str:
+        if value is None or isinstance(value, (bool, int)) or (
+                isinstance(value, float) and value == value and abs(value) != float("inf")):
+            return repr(value)
+        self._count += 1
+        name = f"_k{self._count}"
+        self.globals[name] = value
+        return name
+
+    def v(self, buffer: str) -> str:
+        if buffer not in self._locals:
+            self._locals[buffer] = f"v{len(self._locals)}"
+        return self._locals[buffer]
+
+
 class CppGraph(CompiledGraph):
     """A compiled graph whose call is one generated straight-line Python function: locals instead
     of an environment dict, one prebound ctypes call per kernel group, layouts decided at compile
@@ -113,85 +139,81 @@ class CppGraph(CompiledGraph):
         return []  # the generated function (`run`) replaces the interpreted plan
 
     def _generate(self):
-        g: Dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
-                             "_nthreads": torch.get_num_threads, "_fix_input": relayout,
-                             "_fix_result": _fix_result, "_fallback": self.fallback,
-                             "_unflatten": tree_unflatten, "_spec": self.out_spec,
-                             "_run_eagerly_after": run_eagerly_after}
-        counter = [0]
+        names = _Names({"torch": torch, "_empty": torch.empty_strided,
+                        "_nthreads": torch.get_num_threads, "_fix_input": relayout,
+                        "_fix_result": _fix_result, "_fallback": self.fallback,
+                        "_unflatten": tree_unflatten, "_spec": self.out_spec,
+                        "_run_eagerly_after": run_eagerly_after})
+        lines = ["def run(*args):"] + self._input_lines(names)
+        if any(isinstance(s, Kernel) for s in self.steps):
+            lines.append("    nt = _nthreads()")
+        group_of = {k: grp for grp in self.groups for k in grp.kernels}
+        for step in self.steps:
+            if not isinstance(step, Kernel):
+                lines += self._extern_lines(step, names)
+            elif step.name == group_of[step.name].kernels[0]:
+                lines += self._group_lines(group_of[step.name], names)
+        lines.append(f"    return {self._outputs_code(names)}")
+        # The body in a try block (free in CPython 3.11 until something raises).
+        lines = [lines[0], "  try:"] + ["  " + line for line in lines[1:]] + [
+            "  except Exception as e:", "    return _run_eagerly_after(e, _fallback, args)"]
+        src = "\n".join(lines) + "\n"
+        exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), names.globals)
+        return src, names.globals["run"]
 
-        def const(value) -> str:
-            if value is None or isinstance(value, (bool, int)) or (
-                    isinstance(value, float) and value == value and abs(value) != float("inf")):
-                return repr(value)
-            counter[0] += 1
-            name = f"_k{counter[0]}"
-            g[name] = value
-            return name
-
-        var = {}
-
-        def v(name: str) -> str:
-            if name not in var:
-                var[name] = f"v{len(var)}"
-            return var[name]
-
-        exact = {}  # buffer -> True when its tensor's strides are exactly the buffer's
-        lines = ["def run(*args):"]
-        names = [v(b.name) for b in self.inputs]
-        if names:
-            lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args")
-        for buf, name in zip(self.inputs, names):
-            b = const(buf)
+    def _input_lines(self, names: "_Names") -> List[str]:
+        """Unpack the inputs, relaying out those with other strides than compiled for."""
+        lines = []
+        local = [names.v(b.name) for b in self.inputs]
+        if local:
+            lines.append(f"    {', '.join(local)}{',' if len(local) == 1 else ''} = args")
+        for buf, name in zip(self.inputs, local):
+            b = names.const(buf)
             lines.append(f"    if {name}.stride() != {tuple(buf.stride)!r}:")
             if buf.name in self.aliased:
                 lines.append(f"        if _fix_input({name}, {b}) is not {name}: return _fallback(*args)")
             else:
                 lines.append(f"        {name} = _fix_input({name}, {b})")
                 lines.append(f"        if {name} is None: return _fallback(*args)")
-            exact[buf.name] = False
+            names.exact[buf.name] = False
         for cname, value in self.constants.items():
-            g[v(cname)] = value
-            exact[cname] = False
-        if any(isinstance(s, Kernel) for s in self.steps):
-            lines.append("    nt = _nthreads()")
-        group_of = {k: grp for grp in self.groups for k in grp.kernels}
-        for step in self.steps:
-            if isinstance(step, Kernel):
-                group = group_of[step.name]
-                if step.name != group.kernels[0]:
-                    continue
-                fn = getattr(self._lib, group.name)
-                fn.argtypes = [ctypes.c_void_p] * len(group.args) + [ctypes.c_int]
-                fn.restype = None
-                g[f"_{group.name}"] = fn
-                for bname in group.stored:
-                    buf = self.buffers[bname]
-                    nbytes = buf.dtype.itemsize * max(1, numel(buf.size))
-                    if nbytes >= _POOL_MIN_BYTES:
-                        g[f"_alloc_{v(bname)}"] = _Pooled(buf)
-                        lines.append(f"    {v(bname)} = _alloc_{v(bname)}()")
-                    else:
-                        lines.append(f"    {v(bname)} = _empty({tuple(buf.size)!r}, "
-                                     f"{tuple(buf.stride)!r}, dtype={const(buf.dtype)})")
-                    exact[bname] = True
-                ptrs = "".join(f"{v(a)}.data_ptr(), " for a in group.args)
-                lines.append(f"    _{group.name}({ptrs}nt)")
+            names.globals[names.v(cname)] = value
+            names.exact[cname] = False
+        return lines
+
+    def _group_lines(self, group: KernelGroup, names: "_Names") -> List[str]:
+        """Allocate what the kernel group writes, then call it."""
+        fn = getattr(self._lib, group.name)
+        fn.argtypes = [ctypes.c_void_p] * len(group.args) + [ctypes.c_int]
+        fn.restype = None
+        names.globals[f"_{group.name}"] = fn
+        lines = []
+        for bname in group.stored:
+            buf, v = self.buffers[bname], names.v(bname)
+            if buf.dtype.itemsize * max(1, numel(buf.size)) >= _POOL_MIN_BYTES:
+                names.globals[f"_alloc_{v}"] = _Pooled(buf)
+                lines.append(f"    {v} = _alloc_{v}()")
             else:
-                lines += self._extern_lines(step, v, const, exact)
+                lines.append(f"    {v} = _empty({tuple(buf.size)!r}, "
+                             f"{tuple(buf.stride)!r}, dtype={names.const(buf.dtype)})")
+            names.exact[bname] = True
+        ptrs = "".join(f"{names.v(a)}.data_ptr(), " for a in group.args)
+        return lines + [f"    _{group.name}({ptrs}nt)"]
+
+    def _outputs_code(self, names: "_Names") -> str:
         # an extern op may return None for an output nothing reads (an RNN's reserve space when
         # not training); aot_autograd may still list it among the saved values: passed on as None
         maybe_none = {n for s in self.steps if isinstance(s, ExternNode) for n in s.names if n}
         leaves = []
         for spec in self.outputs:
             if spec.kind == "constant":
-                leaves.append(const(spec.constant))
+                leaves.append(names.const(spec.constant))
                 continue
             buf = self.buffers[spec.buffer]
-            t = v(spec.buffer)
+            t = names.v(spec.buffer)
             view = f"{t}.as_strided({spec.size!r}, {spec.stride!r}, {t}.storage_offset() + {spec.offset})"
             same = tuple(buf.size) == tuple(spec.size) and tuple(buf.stride) == tuple(spec.stride)
-            if same and not spec.offset and exact.get(spec.buffer):
+            if same and not spec.offset and names.exact.get(spec.buffer):
                 leaf = t
             elif same and not spec.offset:
                 leaf = f"({t} if {t}.stride() == {tuple(spec.stride)!r} else {view})"
@@ -199,17 +221,10 @@ class CppGraph(CompiledGraph):
                 leaf = view
             leaves.append(f"(None if {t} is None else {leaf})" if spec.buffer in maybe_none else leaf)
         code = _spec_code(self.out_spec, leaves)
-        if code is None:
-            code = f"_unflatten([{', '.join(leaves)}], _spec)"
-        lines.append(f"    return {code}")
-        # The body in a try block (free in CPython 3.11 until something raises).
-        lines = [lines[0], "  try:"] + ["  " + line for line in lines[1:]] + [
-            "  except Exception as e:", "    return _run_eagerly_after(e, _fallback, args)"]
-        src = "\n".join(lines) + "\n"
-        exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), g)
-        return src, g["run"]
+        return code if code is not None else f"_unflatten([{', '.join(leaves)}], _spec)"
 
-    def _extern_lines(self, node: ExternNode, v, const, exact) -> List[str]:
+    def _extern_lines(self, node: ExternNode, names: "_Names") -> List[str]:
+        v, const = names.v, names.const
         def arg(a) -> Optional[str]:
             if isinstance(a, ExternArg):
                 buf = self.buffers[a.buffer]
@@ -255,7 +270,7 @@ class CppGraph(CompiledGraph):
             lines.append(f"    {v(n)} = {item}")
             lines.append(f"    if {v(n)} is not None and {v(n)}.stride() != {tuple(buf.stride)!r}: "
                          f"{v(n)} = _fix_result({v(n)}, {const(buf)}, {fn})")
-            exact[n] = False
+            names.exact[n] = False
         return lines
 
     def _generic_extern(self, node: ExternNode):
