@@ -292,18 +292,20 @@ class OutputGraph:
         self._remove_unused_size_ops({v.node for v in outputs})
         if outputs or self.has_ops():
             self.call_compiled_graph(codegen, outputs)
+        if self.side_effects:
+            _read_sources_first(codegen, [*live_values, *self.side_effects.values()])
         self.side_effects.codegen(codegen)
         return codegen
 
     def _rerunnable(self, compiled: Callable) -> Callable:
         """What generated code calls to run the graph. The graph runs first in the generated code: if
-        it raises having changed nothing (no tensor in place, no random draw), its frame re-runs
-        eagerly instead, doing what eager does before the error (side effects, except clauses)."""
+        it raises having changed nothing (no tensor in place; random draws are undone), its frame
+        re-runs eagerly instead, doing what eager does before the error (side effects, except clauses)."""
         changed = [home for fake, version, home in self._tensor_homes if fake._version != version]
-        if self.draws_random or not changed:
-            return _C.CallbackWrapper(compiled, None, rerun=not self.draws_random)
+        if not self.draws_random and not changed:
+            return _C.CallbackWrapper(compiled, None, rerun=True)
         if self.side_effects or self.code.co_exceptiontable:  # only then is re-running worth its cost
-            compiled = _rerun_if_unchanged(compiled, changed)
+            compiled = _rerun_if_unchanged(compiled, changed, self.draws_random)
         return _C.CallbackWrapper(compiled, None)
 
     def guard_mutated_containers_distinct(self) -> None:
@@ -348,21 +350,54 @@ class OutputGraph:
         codegen.graph_outputs = {t.node: i for i, t in enumerate(outputs)}
 
 
-def _rerun_if_unchanged(compiled: Callable, homes: List[Union[int, torch.Tensor]]) -> Callable:
+def _read_sources_first(codegen: PyCodegen, values: List[VariableTracker]) -> None:
+    """Read every value below `values` that generated code takes from a source (a global, an
+    attribute, a cell, a local) before the side effects write those places: `old = G; G = new;
+    return old` returns what the frame read, as in eager."""
+    seen: Set[int] = set()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if value.source is not None:
+            if not isinstance(value, ConstantVariable):
+                codegen.read_now(value)
+        else:
+            stack.extend(value.subvalues())
+
+
+def _rerun_if_unchanged(compiled: Callable, homes: List[Union[int, torch.Tensor]], draws_random: bool) -> Callable:
     """`compiled`, asking for its frame to be re-run eagerly when it raises before changing any of
-    the tensors it changes in place (arguments by index, module tensors themselves)."""
+    the tensors it changes in place (arguments by index, module tensors themselves), with the random
+    generators put back as they were before it ran."""
 
     def call(*args: Any) -> Any:
         watched = [args[home] if isinstance(home, int) else home for home in homes]
         versions = [t._version for t in watched]
+        rng = _rng_states() if draws_random else None
         try:
             return compiled(*args)
         except Exception as error:
             if all(t._version == v for t, v in zip(watched, versions)):
+                if rng is not None:
+                    _set_rng_states(rng)
                 raise _C.RerunFrame(error) from None
             raise
 
     return call
+
+
+def _rng_states() -> Tuple[torch.Tensor, Optional[List[torch.Tensor]]]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.random.get_rng_state(), cuda
+
+
+def _set_rng_states(states: Tuple[torch.Tensor, Optional[List[torch.Tensor]]]) -> None:
+    torch.random.set_rng_state(states[0])
+    if states[1] is not None:
+        torch.cuda.set_rng_state_all(states[1])
 
 
 def _restoring_grad_mode(compiled: Callable) -> Callable:

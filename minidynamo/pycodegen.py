@@ -22,6 +22,8 @@ class PyCodegen:
         self.graph_output_var: Optional[str] = None
         # objects with identity built so far: id(tracker) -> (local holding it, tracker)
         self.built: Dict[int, Tuple[str, "VariableTracker"]] = {}
+        # values read from their sources ahead of the side effects: id(tracker) -> (local, tracker)
+        self.read_early: Dict[int, Tuple[str, "VariableTracker"]] = {}
 
     def append(self, opname: str, arg: Any = _NO_ARG) -> None:
         self.instructions.append(Instr(opname) if arg is _NO_ARG else Instr(opname, arg))
@@ -55,7 +57,18 @@ class PyCodegen:
         self.append("PRECALL", nargs)
         self.append("CALL", nargs)
 
+    def read_now(self, value: "VariableTracker") -> None:
+        """Read `value` into a local now; later reconstructions load that local."""
+        if id(value) not in self.read_early:
+            self.reconstruct(value)
+            name = f"___read{len(self.read_early)}"
+            self.append("STORE_FAST", name)
+            self.read_early[id(value)] = (name, value)
+
     def reconstruct(self, value: "VariableTracker") -> None:
+        if id(value) in self.read_early:
+            self.append("LOAD_FAST", self.read_early[id(value)][0])
+            return
         node = getattr(value, "node", None)
         if node is not None and node in self.graph_outputs:
             self.append("LOAD_FAST", self.graph_output_var)

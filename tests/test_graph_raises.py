@@ -127,7 +127,29 @@ def test_module_buffer_changed_before_the_error_is_changed_once():
     assert minidynamo.stats()["eager_reruns"] == 0
 
 
+def global_then_random_op_that_raises(x):
+    global G
+    G = 7
+    return x + torch.rand_like(x.long())  # rand_like of an integer tensor raises
+
+
+def test_random_draws_are_undone_before_the_rerun():
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError):
+        global_then_random_op_that_raises(rand(2))
+    eager_state, eager_g = torch.get_rng_state(), G
+    globals()["G"] = None
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError):
+        minidynamo.optimize("eager")(global_then_random_op_that_raises)(rand(2))
+    assert G == eager_g == 7
+    assert torch.equal(torch.get_rng_state(), eager_state)
+    assert minidynamo.stats()["eager_reruns"] == 1
+
+
 def test_graph_drawing_random_numbers_raises_as_it_is():
+    """Nothing to replay (no side effect, no except clause): the graph's own error."""
+
     def fn(x):
         y = torch.rand(2) + x
         return LIN(y.double())

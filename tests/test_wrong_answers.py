@@ -668,6 +668,74 @@ def dict_values_replaced_while_iterated(d, x):
     return x + d["a"] + d["b"]
 
 
+# ----------------------------------------------- a value read, then its place written, then the value used
+OLD_G = torch.ones(2)
+OTHER_G = torch.zeros(2)
+
+
+@CASES.case(x2, graphs=None, global_names=("OLD_G",))
+def old_global_returned_after_rebinding(x):
+    global OLD_G
+    old = OLD_G
+    OLD_G = x + 5
+    return old, OLD_G
+
+
+@CASES.case(x2, graphs=None, global_names=("OLD_G", "OTHER_G"))
+def global_stored_from_a_global_rebound_first(x):
+    global OLD_G, OTHER_G
+    previous = OLD_G
+    OLD_G = x * 3
+    OTHER_G = previous
+    return x
+
+
+class Holder:
+    def __init__(self, value):
+        self.value = value
+
+
+@CASES.case(lambda: (rand(2), Holder(torch.ones(2))), graphs=None)
+def old_attribute_returned_after_store(x, holder):
+    old = holder.value
+    holder.value = x + 5
+    return old
+
+
+@CASES.case(lambda: (rand(2), {"k": torch.ones(2)}, [torch.ones(2)]), graphs=None)
+def old_items_returned_after_store(x, d, lst):
+    old_d, old_l = d["k"], lst[0]
+    d["k"] = x + 5
+    lst[0] = x - 5
+    return old_d, old_l
+
+
+def _cell_counter():
+    value = torch.ones(2)
+
+    def step(x):
+        nonlocal value
+        old = value
+        value = x + 5
+        return old, value
+
+    return step
+
+
+@CASES.case(x2, graphs=None)
+def old_cell_value_returned_after_rebinding(x):
+    return _cell_counter()(x)
+
+
+@CASES.case(lambda: (torch.ones(5),), graphs=None)
+def alias_of_a_cell_rebound_in_a_resume_function(a):
+    y = a
+    torch.manual_seed(3)  # a graph break
+    y = y + torch.rand(1)
+    y = [y * i for i in range(3)][-1]  # the comprehension makes `y` a cell
+    return y, a
+
+
 @pytest.mark.parametrize("case", CASES.params())
 def test_wrong_answers(case):
     case.run()
