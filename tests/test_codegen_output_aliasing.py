@@ -58,9 +58,13 @@ def _two_equal_computations(a):
     return a + 1, a + 1
 
 
+def _views_with_the_input_layout(a):
+    return a.view(2, 4), a.reshape(2, 4), a[:], a.squeeze(), a * 2
+
+
 CASES = [_view_of_output, _view_before_its_base, _transpose_of_output, _expand_of_output,
          _chunks_of_output, _views_of_an_extern_result, _input_slice, _input_transpose,
-         _input_flattened, _input_itself_and_a_view, _two_equal_computations]
+         _input_flattened, _input_itself_and_a_view, _two_equal_computations, _views_with_the_input_layout]
 
 
 def _layout(tensors, inputs):
@@ -74,6 +78,7 @@ def assert_aliases_like_eager(fn, compiled, make_input):
     a, b = make_input(), make_input()
     actual, expected = compiled(a), fn(b)
     assert _layout(actual, [a]) == _layout(expected, [b])
+    assert [x is a for x in actual] == [y is b for y in expected], "an input itself where eager has a new view"
     for x, y in zip(actual, expected):
         torch.testing.assert_close(x, y)
     for i, (x, y) in enumerate(zip(actual, expected)):  # mutation shows wherever eager's does

@@ -212,7 +212,8 @@ class CppGraph(CompiledGraph):
             buf = self.buffers[spec.buffer]
             t = names.v(spec.buffer)
             view = f"{t}.as_strided({spec.size!r}, {spec.stride!r}, {t}.storage_offset() + {spec.offset})"
-            same = tuple(buf.size) == tuple(spec.size) and tuple(buf.stride) == tuple(spec.stride)
+            same = (tuple(buf.size) == tuple(spec.size) and tuple(buf.stride) == tuple(spec.stride)
+                    and not spec.fresh)
             if same and not spec.offset and names.exact.get(spec.buffer):
                 leaf = t
             elif same and not spec.offset:

@@ -81,6 +81,8 @@ class OutputSpec:
     stride: Tuple[int, ...] = ()
     offset: int = 0
     constant: Any = None
+    # a new tensor over an input's storage (eager's view ops return new objects): never the input itself
+    fresh: bool = False
 
 
 def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
@@ -286,6 +288,7 @@ class GraphLowering:
         out_nodes, self.out_spec = tree_flatten(outs)
         owners = {self.env[n].buffer: _storage_key(n) for n in self.gm.graph.nodes
                   if n.op in ("placeholder", "get_attr") and isinstance(self.env.get(n), Strided)}
+        input_buffers = set(owners)
         bases = self._shared_storage_bases(out_nodes)
         for n in out_nodes:
             v = self.env[n] if isinstance(n, torch.fx.Node) else n
@@ -295,14 +298,16 @@ class GraphLowering:
             key = _storage_key(n)
             base = bases.get(key)
             if base is not None:
-                self.outputs.append(self._view_of_base(n, base, key, owners))
-                continue
-            meta = n.meta.get("val")
-            stride = meta.stride() if isinstance(meta, torch.Tensor) else None
-            if stride is not None and not is_dense(v.size, stride):
-                stride = None
-            s = self._claim(self.realize(v, stride), stride, key, owners)
-            self.outputs.append(OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset))
+                spec = self._view_of_base(n, base, key, owners)
+            else:
+                meta = n.meta.get("val")
+                stride = meta.stride() if isinstance(meta, torch.Tensor) else None
+                if stride is not None and not is_dense(v.size, stride):
+                    stride = None
+                s = self._claim(self.realize(v, stride), stride, key, owners)
+                spec = OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset)
+            spec.fresh = spec.buffer in input_buffers and n.op not in ("placeholder", "get_attr")
+            self.outputs.append(spec)
 
     def _claim(self, s: Strided, stride, key: Any, owners: Dict[str, Any]) -> Strided:
         """`s`, or a fresh copy of it when its buffer already belongs to another storage."""

@@ -124,7 +124,7 @@ class CompiledGraph:
                 out.append(spec.constant)
                 continue
             t = env[spec.buffer]
-            if tuple(t.shape) != spec.size or t.stride() != spec.stride or spec.offset:
+            if tuple(t.shape) != spec.size or t.stride() != spec.stride or spec.offset or spec.fresh:
                 t = t.as_strided(spec.size, spec.stride, t.storage_offset() + spec.offset)
             out.append(t)
         return tree_unflatten(out, self.out_spec)
