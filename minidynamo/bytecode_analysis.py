@@ -3,16 +3,14 @@ from __future__ import annotations
 
 from typing import FrozenSet, List, Set
 
+from . import pyversion
 from .bytecode_transformation import Instructions, is_jump
-
-_TERMINATORS = {"RETURN_VALUE", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
-                "JUMP_BACKWARD_NO_INTERRUPT"}
 
 
 def successors(instructions: Instructions, index: int) -> List[int]:
     instr = instructions.instrs[index]
     result = []
-    if instr.name not in _TERMINATORS:
+    if instr.name not in pyversion.TERMINATORS:
         result.append(index + 1)
     if is_jump(instr):
         result.append(instructions.jump_target(instr))
@@ -64,12 +62,12 @@ def reads_own_frame(instructions: Instructions) -> bool:
     converted frame and its resume functions have other locals than the user wrote."""
     instrs = instructions.instrs
     for i, instr in enumerate(instrs):
-        if instr.name in ("LOAD_ATTR", "LOAD_METHOD") and instr.arg in _FRAME_ATTRIBUTES:
+        if pyversion.attribute_name(instr) in _FRAME_ATTRIBUTES:
             return True
-        if instr.name != "LOAD_GLOBAL" or instr.arg[1] not in _NAMESPACE_READERS:
+        name = pyversion.global_name(instr)
+        if name not in _NAMESPACE_READERS:
             continue
-        nargs = _NAMESPACE_READERS[instr.arg[1]]
-        following = instrs[i + 1] if i + 1 < len(instrs) else None
-        if nargs is None or (following is not None and following.name == "PRECALL" and following.arg == nargs):
+        nargs = _NAMESPACE_READERS[name]
+        if nargs is None or pyversion.immediate_call_nargs(instrs, i) == nargs:
             return True
     return False

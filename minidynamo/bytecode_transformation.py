@@ -1,4 +1,4 @@
-"""Reading CPython 3.11 code objects into instructions and assembling new ones.
+"""Reading code objects into instructions and assembling new ones.
 
 The `bytecode` package does the hard part of assembly (jump offsets, EXTENDED_ARG, inline
 caches, the exception table, the line table and the stack size). Here we flatten its abstract
@@ -6,7 +6,6 @@ form into a list the translator can index, and build code objects shaped like an
 """
 from __future__ import annotations
 
-import dis
 import types
 import weakref
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import bytecode
 from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, SetLineno, TryBegin, TryEnd
+
+from . import pyversion
 
 Element = Union[Instr, Label, TryBegin, TryEnd, SetLineno]
 
@@ -69,7 +70,7 @@ def _read(code: types.CodeType) -> Instructions:
             handler_labels.append(current_try.target if current_try is not None else None)
     for label in pending:
         label_index[id(label)] = len(instrs)
-    offsets = [i.offset for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+    offsets = pyversion.instruction_offsets(code)
     if len(offsets) != len(instrs):
         offsets = list(range(len(instrs)))
     handlers = [label_index[id(label)] if label is not None else None for label in handler_labels]
@@ -83,15 +84,6 @@ def closure_var(code: types.CodeType, name: str) -> Optional[Union[CellVar, Free
     if name in code.co_freevars:
         return FreeVar(name)
     return None
-
-
-def frame_prologue(code: types.CodeType) -> List[Instr]:
-    """MAKE_CELL / COPY_FREE_VARS / RESUME, which every function body of `code`'s shape starts with."""
-    prologue = [Instr("MAKE_CELL", CellVar(name)) for name in code.co_cellvars]
-    if code.co_freevars:
-        prologue.append(Instr("COPY_FREE_VARS", len(code.co_freevars)))
-    prologue.append(Instr("RESUME", 0))
-    return prologue
 
 
 def assemble(
@@ -136,7 +128,6 @@ __all__ = [
     "assemble",
     "bytecode",
     "closure_var",
-    "frame_prologue",
     "is_jump",
     "read_instructions",
 ]

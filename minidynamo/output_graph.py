@@ -28,7 +28,8 @@ from .dynamic_shapes import (
     symbolic_context,
 )
 from .backends.registry import backend_name
-from .bytecode_transformation import assemble, frame_prologue
+from . import pyversion
+from .bytecode_transformation import assemble
 from .pycodegen import PyCodegen
 from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
@@ -280,7 +281,7 @@ class OutputGraph:
         codegen = self.codegen_graph_and_side_effects([value])
         codegen.reconstruct(value)
         codegen.append("RETURN_VALUE")
-        return assemble(frame_prologue(self.code) + codegen.instructions, like=self.code)
+        return assemble(pyversion.frame_prologue(self.code) + codegen.instructions, like=self.code)
 
     def codegen_graph_and_side_effects(self, live_values: List[VariableTracker]) -> PyCodegen:
         """Code that runs the compiled graph (keeping the outputs `live_values` need) and then

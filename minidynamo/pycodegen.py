@@ -4,6 +4,7 @@ from __future__ import annotations
 import types
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from . import pyversion
 from .bytecode_transformation import Element, Instr, closure_var
 
 if TYPE_CHECKING:
@@ -43,19 +44,23 @@ class PyCodegen:
         self.append("LOAD_CLOSURE", closure_var(self.code, name))
 
     def load_global(self, name: str) -> None:
-        self.append("LOAD_GLOBAL", (False, name))
+        self.instructions.append(pyversion.load_global(name))
 
     def load_attr(self, name: str) -> None:
-        self.append("LOAD_ATTR", name)
+        self.instructions.append(pyversion.load_attr(name))
+
+    def push_null(self) -> None:
+        """What a call expects below a callable that is not a bound method."""
+        self.instructions.append(pyversion.push_null())
 
     def load_function(self, fn: Any) -> None:
-        """Push NULL and a callable known now, ready for `call`."""
-        self.append("PUSH_NULL")
+        """A callable known now, ready for `call`."""
+        self.push_null()
         self.load_const(fn)
 
-    def call(self, nargs: int) -> None:
-        self.append("PRECALL", nargs)
-        self.append("CALL", nargs)
+    def call(self, nargs: int, kw_names: Tuple[str, ...] = ()) -> None:
+        """Call what lies below `nargs` arguments, the last `len(kw_names)` of them by keyword."""
+        self.instructions.extend(pyversion.call(nargs, kw_names))
 
     def read_now(self, value: "VariableTracker") -> None:
         """Read `value` into a local now; later reconstructions load that local."""
@@ -82,7 +87,7 @@ class PyCodegen:
             name = f"___built{len(self.built)}"
             self.built[id(value)] = (name, value)
             value.reconstruct(self)
-            self.append("COPY", 1)
+            self.instructions.append(pyversion.dup_top())
             self.append("STORE_FAST", name)
             return
         value.reconstruct(self)

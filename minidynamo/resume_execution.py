@@ -13,10 +13,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
+from . import pyversion
 from .bytecode_transformation import CellVar, FreeVar, Instr, Instructions, Label, assemble
 from .exc import unimplemented
 
-_PROLOGUE_OPS = ("MAKE_CELL", "COPY_FREE_VARS", "RESUME")
 _cache: "weakref.WeakKeyDictionary[types.CodeType, Dict[ResumeSpec, types.CodeType]]" = weakref.WeakKeyDictionary()
 
 
@@ -56,9 +56,9 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     # The frame's cells are shared, not copied: functions made before the break close over them,
     # so a later rebinding (in the rest of the frame or through `nonlocal`) must reach them.
     freevars = list(code.co_freevars) + list(code.co_cellvars)
-    entry: List = [Instr("COPY_FREE_VARS", len(freevars)), Instr("RESUME", 0)] if freevars else [Instr("RESUME", 0)]
+    entry: List = pyversion.closure_prologue(len(freevars))
     for i, null in enumerate(spec.stack_nulls):
-        entry.append(Instr("PUSH_NULL") if null else Instr("LOAD_FAST", f"{spec.prefix}{i}"))
+        entry.append(pyversion.push_null() if null else Instr("LOAD_FAST", f"{spec.prefix}{i}"))
     entry.append(Instr("JUMP_FORWARD", target_label))
 
     target_position = instructions.positions[spec.target]
@@ -66,7 +66,7 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     for position, element in enumerate(instructions.bytecode):
         if position == target_position:
             body.append(target_label)
-        if isinstance(element, Instr) and element.name in _PROLOGUE_OPS and position < instructions.positions[_first_real(instructions)]:
+        if isinstance(element, Instr) and pyversion.is_prologue(element) and position < instructions.positions[_first_real(instructions)]:
             continue
         body.append(_as_free_variable(element))
     # locals first: zero-argument super() reads the first parameter of the frame
@@ -89,6 +89,6 @@ def _as_free_variable(element):
 
 def _first_real(instructions: Instructions) -> int:
     for i, instr in enumerate(instructions.instrs):
-        if instr.name not in _PROLOGUE_OPS:
+        if not pyversion.is_prologue(instr):
             return i
     return len(instructions.instrs) - 1

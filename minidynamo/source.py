@@ -185,6 +185,6 @@ class CallSource(ChainedSource):
         return f"{self.base.name()}()"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        codegen.append("PUSH_NULL")
+        codegen.push_null()
         self.base.reconstruct(codegen)
         codegen.call(0)

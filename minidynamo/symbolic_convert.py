@@ -1,12 +1,12 @@
-"""The bytecode translator: symbolic execution of CPython 3.11 bytecode over VariableTrackers.
+"""The bytecode translator: symbolic execution of bytecode over VariableTrackers.
 
-One handler per opcode, named after it. `InstructionTranslator` runs a whole frame and, at
+One handler per opcode, named after it; the handlers of opcodes particular to this CPython version
+come from `pyversion.VersionHandlers`. `InstructionTranslator` runs a whole frame and, at
 RETURN_VALUE, asks the output graph for the generated code; `InliningInstructionTranslator`
 runs a called user function inside its caller's graph.
 """
 from __future__ import annotations
 
-import dis
 import inspect
 import linecache
 import operator
@@ -14,12 +14,10 @@ import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
-from bytecode import BinaryOp, Compare
 
-from . import _C
+from . import _C, pyversion
 from .bytecode_analysis import in_loop, live_locals, reads_own_frame
-from .bytecode_transformation import (Instr, Instructions, Label, TryBegin, TryEnd, assemble,
-                                      frame_prologue, read_instructions)
+from .bytecode_transformation import Instr, Instructions, Label, TryBegin, TryEnd, assemble, read_instructions
 from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .output_graph import OutputGraph
 from .resume_execution import ResumeSpec, resume_code, stack_prefix
@@ -51,23 +49,6 @@ _TRACING_NOTE = "while minidynamo traced:"
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
 
-_BINARY_OPS: Dict[int, Callable] = {
-    BinaryOp.ADD: operator.add, BinaryOp.AND: operator.and_, BinaryOp.FLOOR_DIVIDE: operator.floordiv,
-    BinaryOp.LSHIFT: operator.lshift, BinaryOp.MATRIX_MULTIPLY: operator.matmul, BinaryOp.MULTIPLY: operator.mul,
-    BinaryOp.REMAINDER: operator.mod, BinaryOp.OR: operator.or_, BinaryOp.POWER: operator.pow,
-    BinaryOp.RSHIFT: operator.rshift, BinaryOp.SUBTRACT: operator.sub, BinaryOp.TRUE_DIVIDE: operator.truediv,
-    BinaryOp.XOR: operator.xor, BinaryOp.INPLACE_ADD: operator.iadd, BinaryOp.INPLACE_AND: operator.iand,
-    BinaryOp.INPLACE_FLOOR_DIVIDE: operator.ifloordiv, BinaryOp.INPLACE_LSHIFT: operator.ilshift,
-    BinaryOp.INPLACE_MATRIX_MULTIPLY: operator.imatmul, BinaryOp.INPLACE_MULTIPLY: operator.imul,
-    BinaryOp.INPLACE_REMAINDER: operator.imod, BinaryOp.INPLACE_OR: operator.ior,
-    BinaryOp.INPLACE_POWER: operator.ipow, BinaryOp.INPLACE_RSHIFT: operator.irshift,
-    BinaryOp.INPLACE_SUBTRACT: operator.isub, BinaryOp.INPLACE_TRUE_DIVIDE: operator.itruediv,
-    BinaryOp.INPLACE_XOR: operator.ixor,
-}
-_COMPARE_OPS: Dict[int, Callable] = {
-    Compare.LT: operator.lt, Compare.LE: operator.le, Compare.EQ: operator.eq,
-    Compare.NE: operator.ne, Compare.GT: operator.gt, Compare.GE: operator.ge,
-}
 _FORMAT_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
 
 
@@ -78,38 +59,11 @@ def _unary(fn: Callable) -> Callable:
     return handler
 
 
-def _pop_jump_if(truth: bool) -> Callable:
-    def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
-        if self.pop().truthy(self) is truth:
-            self.jump(inst)
-
-    return handler
-
-
-def _pop_jump_if_none(is_none: bool) -> Callable:
-    def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
-        value = self.pop()
-        if _is_none(value) is is_none:
-            self.jump(inst)
-
-    return handler
-
-
-def _jump_or_pop(truth: bool) -> Callable:
-    def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
-        if self.stack[-1].truthy(self) is truth:
-            self.jump(inst)
-        else:
-            self.pop()
-
-    return handler
-
-
 def _is_none(value: VariableTracker) -> bool:
     return isinstance(value, ConstantVariable) and value.value is None
 
 
-class InstructionTranslatorBase:
+class InstructionTranslatorBase(pyversion.VersionHandlers):
     def __init__(
         self,
         code: types.CodeType,
@@ -198,6 +152,32 @@ class InstructionTranslatorBase:
     def call_function(self, fn: VariableTracker, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         return fn.call_function(self, args, kwargs)
 
+    def call_unpacked(self, fn: VariableTracker, leading: List[VariableTracker], args: VariableTracker,
+                      kwargs: Optional[VariableTracker]) -> VariableTracker:
+        """fn(*leading, *args, **kwargs), `args` a sequence and `kwargs` a mapping (or None)."""
+        kwargs = ConstDictVariable({}) if kwargs is None else kwargs
+        if not isinstance(kwargs, ConstDictVariable):
+            unimplemented(f"** with {kwargs.describe()}")
+        return self.call_function(fn, [*leading, *args.unpack_var_sequence(self)], dict(kwargs.items))
+
+    def call_operator(self, fn: Callable, *args: VariableTracker) -> VariableTracker:
+        return BuiltinVariable(fn).call_function(self, list(args), {})
+
+    def push_null(self) -> None:
+        self.push(NullVariable())
+
+    @staticmethod
+    def is_null(value: VariableTracker) -> bool:
+        return isinstance(value, NullVariable)
+
+    @staticmethod
+    def constant(value: Any) -> VariableTracker:
+        return ConstantVariable(value)
+
+    @staticmethod
+    def build_tuple(items: List[VariableTracker]) -> VariableTracker:
+        return TupleVariable(items)
+
     # ---- locals, globals, closures ----
 
     def load_local(self, name: str) -> VariableTracker:
@@ -239,17 +219,10 @@ class InstructionTranslatorBase:
     def LOAD_CONST(self, inst: Instr) -> None:
         self.push(ConstantVariable(inst.arg))
 
-    def LOAD_GLOBAL(self, inst: Instr) -> None:
-        push_null, name = inst.arg
-        if push_null:
-            self.push(NullVariable())
-        self.push(self.load_global(name))
-
     def STORE_GLOBAL(self, inst: Instr) -> None:
         self.output.side_effects.store_global(id(self.f_globals), self.globals_source, inst.arg, self.pop())
 
-    def MAKE_CELL(self, inst: Instr) -> None:
-        name = inst.arg.name
+    def make_cell(self, name: str) -> None:
         initial = self.symbolic_locals.pop(name, None) if name in self.code.co_varnames else None
         if initial is None and name in self.code.co_varnames:
             initial = self.initial_local(name)
@@ -257,9 +230,6 @@ class InstructionTranslatorBase:
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         return None
-
-    def COPY_FREE_VARS(self, inst: Instr) -> None:
-        pass
 
     def LOAD_DEREF(self, inst: Instr) -> None:
         cell = self.cell(inst.arg.name)
@@ -284,13 +254,11 @@ class InstructionTranslatorBase:
         obj = self.pop()
         self.push(obj.var_getattr(self, inst.arg))
 
-    def LOAD_METHOD(self, inst: Instr) -> None:
-        obj = self.pop()
-        self.push(NullVariable())
+    def load_method(self, obj: VariableTracker, name: str) -> VariableTracker:
+        """`obj.name` looked up to be called right away."""
         if isinstance(obj, PythonModuleVariable):  # a module's function is its attribute (what a break calls)
-            self.push(obj.var_getattr(self, inst.arg))
-        else:
-            self.push(BoundMethodCall(obj, inst.arg))
+            return obj.var_getattr(self, name)
+        return BoundMethodCall(obj, name)
 
     def STORE_ATTR(self, inst: Instr) -> None:
         obj, value = self.pop(), self.pop()
@@ -317,13 +285,9 @@ class InstructionTranslatorBase:
 
     # ---- operators ----
 
-    def BINARY_OP(self, inst: Instr) -> None:
-        b, a = self.pop(), self.pop()
-        self.push(BuiltinVariable(_BINARY_OPS[inst.arg]).call_function(self, [a, b], {}))
-
     def COMPARE_OP(self, inst: Instr) -> None:
         b, a = self.pop(), self.pop()
-        self.push(BuiltinVariable(_COMPARE_OPS[inst.arg]).call_function(self, [a, b], {}))
+        self.push(BuiltinVariable(pyversion.COMPARE_OPS[inst.arg]).call_function(self, [a, b], {}))
 
     def IS_OP(self, inst: Instr) -> None:
         b, a = self.pop(), self.pop()
@@ -338,7 +302,6 @@ class InstructionTranslatorBase:
         self.push(found)
 
     UNARY_NEGATIVE = _unary(operator.neg)
-    UNARY_POSITIVE = _unary(operator.pos)
     UNARY_INVERT = _unary(operator.invert)
     UNARY_NOT = _unary(operator.not_)
 
@@ -381,8 +344,6 @@ class InstructionTranslatorBase:
         value = self.pop()
         self.stack[-inst.arg].items.extend(value.unpack_var_sequence(self))
 
-    def LIST_TO_TUPLE(self, inst: Instr) -> None:
-        self.push(TupleVariable(self.pop().items))
 
     def MAP_ADD(self, inst: Instr) -> None:
         value, key = self.pop(), self.pop()
@@ -425,44 +386,10 @@ class InstructionTranslatorBase:
     def NOP(self, inst: Instr) -> None:
         pass
 
-    RESUME = PRECALL = NOP
-
     def POP_TOP(self, inst: Instr) -> None:
         self.pop()
 
-    def COPY(self, inst: Instr) -> None:
-        self.push(self.stack[-inst.arg])
-
-    def SWAP(self, inst: Instr) -> None:
-        self.stack[-1], self.stack[-inst.arg] = self.stack[-inst.arg], self.stack[-1]
-
-    def PUSH_NULL(self, inst: Instr) -> None:
-        self.push(NullVariable())
-
     # ---- calls and functions ----
-
-    def KW_NAMES(self, inst: Instr) -> None:
-        self.kw_names = inst.arg
-
-    def CALL(self, inst: Instr) -> None:
-        args = self.popn(inst.arg)
-        fn, below = self.pop(), self.pop()
-        if not isinstance(below, NullVariable):
-            fn, args = below, [fn, *args]
-        kw_names, self.kw_names = self.kw_names or (), None
-        positional = args[: len(args) - len(kw_names)]
-        kwargs = dict(zip(kw_names, args[len(positional) :]))
-        self.push(self.call_function(fn, positional, kwargs))
-
-    def CALL_FUNCTION_EX(self, inst: Instr) -> None:
-        kwargs_vt = self.pop() if inst.arg & 1 else ConstDictVariable({})
-        args_vt, fn, below = self.pop(), self.pop(), self.pop()
-        if not isinstance(kwargs_vt, ConstDictVariable):
-            unimplemented(f"** with {kwargs_vt.describe()}")
-        args = args_vt.unpack_var_sequence(self)
-        if not isinstance(below, NullVariable):
-            fn, args = below, [fn, *args]
-        self.push(self.call_function(fn, args, dict(kwargs_vt.items)))
 
     def MAKE_FUNCTION(self, inst: Instr) -> None:
         code = self.pop().as_python_constant()
@@ -501,34 +428,36 @@ class InstructionTranslatorBase:
     def JUMP_FORWARD(self, inst: Instr) -> None:
         self.jump(inst)
 
-    JUMP_BACKWARD = JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
-    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_BACKWARD_IF_TRUE = _pop_jump_if(True)
-    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_BACKWARD_IF_FALSE = _pop_jump_if(False)
-    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_BACKWARD_IF_NONE = _pop_jump_if_none(True)
-    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_BACKWARD_IF_NOT_NONE = _pop_jump_if_none(False)
-    JUMP_IF_TRUE_OR_POP = _jump_or_pop(True)
-    JUMP_IF_FALSE_OR_POP = _jump_or_pop(False)
+    def pop_jump_if(self, inst: Instr, truth: bool) -> None:
+        if self.pop().truthy(self) is truth:
+            self.jump(inst)
+
+    def pop_jump_if_none(self, inst: Instr, is_none: bool) -> None:
+        if _is_none(self.pop()) is is_none:
+            self.jump(inst)
+
+    def jump_if_or_pop(self, inst: Instr, truth: bool) -> None:
+        """Jump keeping the value on the stack if its truth is `truth`, else pop it."""
+        if self.stack[-1].truthy(self) is truth:
+            self.jump(inst)
+        else:
+            self.pop()
 
     def GET_ITER(self, inst: Instr) -> None:
         self.push(iterate(self, self.pop()))
 
-    def FOR_ITER(self, inst: Instr) -> None:
-        iterator = self.stack[-1]
+    def next_item(self, iterator: VariableTracker) -> Optional[VariableTracker]:
+        """The next item of `iterator`, None when it is exhausted."""
         if not isinstance(iterator, IteratorVariable):
             unimplemented(f"iterating over {iterator.describe()}")
-        item = iterator.next_item(self)
-        if item is None:
-            self.pop()
-            self.jump(inst)
-        else:
-            self.push(item)
+        return iterator.next_item(self)
 
     # ---- with blocks, imports, errors ----
 
-    def BEFORE_WITH(self, inst: Instr) -> None:
-        context = self.pop()
-        self.push(WithExitVariable(context))
-        self.push(context.call_method(self, "__enter__", [], {}))
+    def enter_context(self, context: VariableTracker) -> Tuple[VariableTracker, VariableTracker]:
+        """Enter a `with` block: (its bound __exit__, what __enter__ returned)."""
+        exit_fn = WithExitVariable(context)
+        return exit_fn, context.call_method(self, "__enter__", [], {})
 
     def IMPORT_NAME(self, inst: Instr) -> None:
         fromlist, level = self.pop().as_python_constant(), self.pop().as_python_constant()
@@ -544,10 +473,9 @@ class InstructionTranslatorBase:
     def RAISE_VARARGS(self, inst: Instr) -> None:
         unimplemented("raising an exception")
 
-    def RETURN_GENERATOR(self, inst: Instr) -> None:
+    def start_generator(self) -> None:
         if self.generated is None:
             unimplemented("a generator frame")
-        self.push(ConstantVariable(None))
 
     def YIELD_VALUE(self, inst: Instr) -> None:
         if self.generated is None:
@@ -563,7 +491,7 @@ class InstructionTranslatorBase:
 
 
 class BoundMethodCall(VariableTracker):
-    """`obj.name` pushed by LOAD_METHOD; calling it asks `obj` to run its method."""
+    """`obj.name` looked up to be called; calling it asks `obj` to run its method."""
 
     def __init__(self, obj: VariableTracker, name: str) -> None:
         super().__init__()
@@ -585,22 +513,6 @@ class BoundMethodCall(VariableTracker):
 
     def subvalues(self) -> List[VariableTracker]:
         return [self.obj]
-
-
-# Instructions a graph break can run in the generated code: how many stack values each consumes.
-_BREAK_POPS: Dict[str, Callable[[Instr], int]] = {
-    "CALL": lambda i: i.arg + 2,
-    "CALL_FUNCTION_EX": lambda i: 3 + (i.arg & 1),
-    **{name: (lambda i: 2) for name in ("BINARY_SUBSCR", "BINARY_OP", "COMPARE_OP", "CONTAINS_OP", "IS_OP",
-                                        "STORE_ATTR", "DELETE_SUBSCR")},
-    **{name: (lambda i: 1) for name in ("LOAD_ATTR", "GET_ITER", "UNARY_NEGATIVE", "UNARY_POSITIVE",
-                                        "UNARY_INVERT", "UNARY_NOT", "UNPACK_SEQUENCE", "DELETE_ATTR")},
-    "STORE_SUBSCR": lambda i: 3,
-    "POP_JUMP_FORWARD_IF_TRUE": lambda i: 1, "POP_JUMP_FORWARD_IF_FALSE": lambda i: 1,
-    "POP_JUMP_BACKWARD_IF_TRUE": lambda i: 1, "POP_JUMP_BACKWARD_IF_FALSE": lambda i: 1,
-}
-_FORWARD_JUMP = {"POP_JUMP_BACKWARD_IF_TRUE": "POP_JUMP_FORWARD_IF_TRUE",
-                 "POP_JUMP_BACKWARD_IF_FALSE": "POP_JUMP_FORWARD_IF_FALSE"}
 
 
 class InstructionTranslator(InstructionTranslatorBase):
@@ -635,9 +547,9 @@ class InstructionTranslator(InstructionTranslatorBase):
                 e.break_index = self.current_index
             raise
 
-    def MAKE_CELL(self, inst: Instr) -> None:
-        super().MAKE_CELL(inst)
-        self.cells[inst.arg.name].frame_name = inst.arg.name
+    def make_cell(self, name: str) -> None:
+        super().make_cell(name)
+        self.cells[name].frame_name = name
 
     def frame_cell(self, cell: Any) -> Optional[CellVariable]:
         return self.frame_cells.get(id(cell))
@@ -680,27 +592,22 @@ class InstructionTranslator(InstructionTranslatorBase):
         exits = [v for v in self.stack if isinstance(v, WithExitVariable)]
         if len(exits) != 1 or not isinstance(exits[0].context, GradModeVariable):
             return False
-        if instrs[handler].name != "PUSH_EXC_INFO" or instrs[handler + 1].name != "WITH_EXCEPT_START":
+        if not pyversion.is_with_cleanup(instrs, handler):
             return False
         cleanup = handlers[handler]
         return cleanup is not None and handlers[cleanup] is None
 
-    def call_start(self, index: int) -> int:
-        """The first of the KW_NAMES/PRECALL instructions leading to the CALL at `index`."""
-        while index > 0 and self.instructions.instrs[index - 1].name in ("KW_NAMES", "PRECALL"):
-            index -= 1
-        return index
-
     def compile_break(self, index: int) -> types.CodeType:
         inst = self.instructions.instrs[index]
         stack = list(self.stack)
-        runs_here = (inst.name in _BREAK_POPS and not in_loop(self.instructions, index)
+        npop = pyversion.break_pops(inst)
+        runs_here = (npop is not None and not in_loop(self.instructions, index)
                      and (self.instructions.handlers[index] is None or self.in_grad_mode_block(index)))
         if not runs_here:  # continue eagerly from the instruction itself, inside the original code
-            return self.codegen_resume_calls(stack, [], None, [(self.call_start(index), True)])
-        npop = _BREAK_POPS[inst.name](inst)
+            start = pyversion.call_start(self.instructions.instrs, index)
+            return self.codegen_resume_calls(stack, [], None, [(start, True)])
         kept, inputs = stack[: len(stack) - npop], stack[len(stack) - npop :]
-        if inst.name.startswith("POP_JUMP"):
+        if pyversion.is_conditional_jump(inst):
             targets = [(index + 1, False), (self.instructions.jump_target(inst), False)]
             return self.codegen_resume_calls(kept, inputs, inst, targets)
         return self.codegen_resume_calls(kept, inputs, inst, [(index + 1, False)])
@@ -754,7 +661,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             n_results = self.codegen_instruction(codegen, inst, len(inputs))
         branch_label = Label() if len(targets) == 2 else None
         if branch_label is not None:
-            codegen.append(_FORWARD_JUMP.get(inst.name, inst.name), branch_label)
+            codegen.instructions.append(pyversion.forward_jump(inst, branch_label))
         if restore is not None:
             codegen.instructions.append(TryEnd(try_begin))
         for r in reversed(range(n_results)):
@@ -771,7 +678,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             codegen.call(1)
             codegen.append("POP_TOP")
             codegen.append("RERAISE", 0)
-        return assemble(frame_prologue(self.code) + codegen.instructions, like=self.code)
+        return assemble(pyversion.frame_prologue(self.code) + codegen.instructions, like=self.code)
 
     def grad_mode_restore(self, inst: Optional[Instr]) -> Optional[bool]:
         """The grad mode to restore if `inst`, run inside a grad-mode block, raises."""
@@ -782,17 +689,8 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def codegen_instruction(self, codegen, inst: Instr, n_inputs: int) -> int:
         """Emit the instruction that could not be traced; returns how many values it leaves."""
-        if inst.name.startswith("POP_JUMP"):
-            return 0
-        if inst.name == "CALL":
-            if self.kw_names:
-                codegen.append("KW_NAMES", self.kw_names)
-            codegen.call(inst.arg)
-            return 1
-        else:
-            codegen.instructions.append(Instr(inst.name, inst.arg) if inst.require_arg() else Instr(inst.name))
-        oparg = (inst.arg if isinstance(inst.arg, int) else 0) if inst.require_arg() else None
-        return n_inputs + dis.stack_effect(inst.opcode, oparg, jump=False)
+        codegen.instructions.extend(pyversion.replay(inst, self.kw_names))
+        return pyversion.values_left(inst, n_inputs)
 
     def store_frame_cells(self) -> None:
         """The frame's own cells are handed to the resume function: what the trace wrote to them
@@ -823,7 +721,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         code = resume_code(self.instructions, spec)
         if eager:
             _C.skip_code(code)
-        codegen.append("PUSH_NULL")
+        codegen.push_null()
         if code.co_freevars:
             for name in code.co_freevars:
                 codegen.load_closure(name)

@@ -333,9 +333,7 @@ class PartialVariable(VariableTracker):
         codegen.load_function(functools.partial)
         for value in (self.func, *self.args, *self.kwargs.values()):
             codegen.reconstruct(value)
-        if self.kwargs:
-            codegen.append("KW_NAMES", tuple(self.kwargs))
-        codegen.call(1 + len(self.args) + len(self.kwargs))
+        codegen.call(1 + len(self.args) + len(self.kwargs), kw_names=tuple(self.kwargs))
 
     def subvalues(self) -> List[VariableTracker]:
         return [self.func, *self.args, *self.kwargs.values()]

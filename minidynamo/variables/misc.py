@@ -13,17 +13,17 @@ from .constant import ConstantVariable
 
 
 class NullVariable(VariableTracker):
-    """The NULL that PUSH_NULL and LOAD_GLOBAL put below a callable."""
+    """The NULL a call finds below a callable that is not a bound method."""
 
     def describe(self) -> str:
         return "NULL"
 
     def reconstruct(self, codegen) -> None:
-        codegen.append("PUSH_NULL")
+        codegen.push_null()
 
 
 class CellVariable(VariableTracker):
-    """A closure cell holding a tracker. Cells made by the traced code (MAKE_CELL) are writable;
+    """A closure cell holding a tracker. Cells made by the traced code are writable;
     a real cell of an existing function is not, since writes to it would have to be replayed."""
 
     def __init__(
@@ -174,7 +174,7 @@ class GradModeVariable(VariableTracker):
 
 
 class WithExitVariable(VariableTracker):
-    """The bound __exit__ that BEFORE_WITH leaves on the stack."""
+    """The bound __exit__ that entering a `with` block leaves on the stack."""
 
     def __init__(self, context: VariableTracker) -> None:
         super().__init__()

@@ -351,9 +351,7 @@ class ConstructedObjectVariable(VariableTracker):
             codegen.reconstruct(arg)
         for value in self.kwargs.values():
             codegen.reconstruct(value)
-        if self.kwargs:
-            codegen.append("KW_NAMES", tuple(self.kwargs))
-        codegen.call(len(self.args) + len(self.kwargs))
+        codegen.call(len(self.args) + len(self.kwargs), kw_names=tuple(self.kwargs))
 
 
 class SuperVariable(VariableTracker):
