@@ -655,7 +655,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         if inst is not None:
             for j, value in enumerate(inputs):
                 if isinstance(value, NullVariable):
-                    codegen.append("PUSH_NULL")
+                    codegen.push_null()
                 else:
                     codegen.append("LOAD_FAST", f"{prefix}in{j}")
             n_results = self.codegen_instruction(codegen, inst, len(inputs))
