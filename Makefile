@@ -27,7 +27,7 @@ $(EXT_STAMP): $(STAMP) $(CSRC) setup.py
 build: setup
 
 demo: setup
-	$(PY) -m minidynamo.demo
+	PYTHONPATH=. $(PY) examples/demo.py
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -1,11 +1,9 @@
-"""The frame callback: decide whether to convert a frame, translate it, and build its cache entry."""
+"""The frame callback: translate a frame the skip policy lets through, and build its cache entry."""
 from __future__ import annotations
 
 import collections
 import gc
 import logging
-import os
-import site
 import time
 import types
 import warnings
@@ -22,67 +20,10 @@ from .global_state import GlobalState, resume_saved_tensors_hooks, suspend_saved
 from .guard_set import build_check_function
 from .guards import CheckFunction
 from .output_graph import OutputGraph
+from .skip_policy import frame_skip_reason
 from .symbolic_convert import InstructionTranslator
 
 log = logging.getLogger("minidynamo")
-
-_SKIP_DIRS = tuple(
-    path + os.sep
-    for path in (
-        os.path.dirname(os.path.abspath(__file__)),
-        os.path.dirname(torch.__file__),
-        os.path.dirname(os.__file__),  # the standard library (not the venv, not site-packages)
-    )
-)
-# Third-party packages can live under the standard library's directory; they are user code to us.
-_SITE_DIRS = tuple(path + os.sep for path in site.getsitepackages() + [site.getusersitepackages()])
-# Libraries whose frames are never converted, even when called from a graph break.
-_THIRD_PARTY_SKIP = {"_pytest", "pytest", "pluggy", "numpy", "tqdm", "tabulate", "pandas", "sklearn", "hypothesis",
-                     "networkx", "IPython", "depyf", "triton", "sympy", "typing_extensions", "packaging"}
-# torch.nn's modules are user-facing code: their forward frames are converted like the user's own.
-_CONVERTIBLE_TORCH_DIR = os.path.join(os.path.dirname(torch.__file__), "nn", "modules") + os.sep
-_MODULE_BASE_FILE = torch.nn.modules.module.__file__
-# The demo plays the user: its functions are compiled although it ships inside the package.
-_USER_CODE_FILES = {os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo.py")}
-
-
-def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None) -> Optional[str]:
-    """Why frames of `code` are never converted (library code), or None."""
-    module = str(f_globals.get("__name__", "")) if f_globals is not None else ""
-    if module.startswith("namedtuple_"):
-        return "namedtuple internals"
-    if module.split(".")[0] in _THIRD_PARTY_SKIP:
-        return "a library that is not traced"
-    filename = code.co_filename
-    if filename in _USER_CODE_FILES:
-        return None
-    if filename.startswith(_CONVERTIBLE_TORCH_DIR):  # forward methods (and their resume functions) only
-        is_forward = code.co_name == "forward" or code.co_name.endswith("_in_forward")
-        return None if is_forward and filename != _MODULE_BASE_FILE else "library code"
-    if filename.startswith(_SKIP_DIRS[:2]) or (filename.startswith(_SKIP_DIRS[2]) and not filename.startswith(_SITE_DIRS)):
-        return "library code"
-    if filename.startswith("<") and filename not in ("<string>", "<stdin>") and not filename.startswith("<ipython"):
-        return "generated code"
-    return None
-
-
-def _holds_tensors(value: Any, depth: int = 1) -> bool:
-    if isinstance(value, (torch.Tensor, torch.nn.Module)):
-        return True
-    if depth > 0 and type(value) in (list, tuple, dict):
-        items = value.values() if type(value) is dict else value
-        return any(_holds_tensors(v, depth - 1) for v in items)
-    return depth > 0 and any(_holds_tensors(v, 0) for v in getattr(value, "__dict__", {}).values())
-
-
-def may_use_tensors(frame: Any) -> bool:
-    """Frames with no tensors in reach (arguments, or globals the code names) have nothing to
-    trace: they run as they are."""
-    if any(_holds_tensors(v) for v in frame.f_locals.values()):
-        return True
-    names = frame.f_code.co_names
-    return any(frame.f_globals.get(n) is torch or _holds_tensors(frame.f_globals.get(n), 0) for n in names)
-
 
 @dataclass
 class FrameRecord:
@@ -176,7 +117,7 @@ class ConvertFrame:
         self.frame_states: "weakref.WeakKeyDictionary[types.CodeType, Dict[str, Any]]" = weakref.WeakKeyDictionary()
 
     def __call__(self, frame: Any) -> Optional[GuardedCode]:
-        if skip_reason(frame.f_code, frame.f_globals) is not None or not may_use_tensors(frame):
+        if frame_skip_reason(frame) is not None:
             return None
         record = FrameRecord(frame.f_code)
         record.recompile_reason = recompile_reason(frame, owner=self)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import torch
 
 from . import _C, config
+from .skip_policy import never_convert_module
 
 FrameCallback = Union[None, bool, Callable[[Any], Optional["GuardedCode"]]]
 
@@ -95,27 +96,8 @@ def _on_gc(phase: str, info: Dict[str, int]) -> None:
         _C.drop_function_caches()
 
 
-def skip_code_recursively(code: types.CodeType) -> None:
-    """Never convert `code` or the functions nested in it."""
-    _C.skip_code(code)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            skip_code_recursively(const)
-
-
-def skip_module(namespace: Dict[str, Any]) -> None:
-    """Never convert the functions and methods defined in a module of this library."""
-    for value in list(namespace.values()):
-        members = vars(value).values() if isinstance(value, type) else [value]
-        for member in members:
-            member = getattr(member, "fget", member)
-            code = getattr(getattr(member, "__func__", member), "__code__", None)
-            if isinstance(code, types.CodeType):
-                skip_code_recursively(code)
-
-
 # Library frames can run while a callback is set (context managers, gc callbacks).
-skip_module(globals())
+never_convert_module(globals())
 gc.callbacks.append(_on_gc)
 
 

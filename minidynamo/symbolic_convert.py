@@ -15,12 +15,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from . import _C, pyversion
+from . import pyversion
 from .bytecode_analysis import in_loop, live_locals, reads_own_frame
 from .bytecode_transformation import Instr, Instructions, Label, TryBegin, TryEnd, assemble, read_instructions
 from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .output_graph import OutputGraph
 from .resume_execution import ResumeSpec, resume_code, stack_prefix
+from .skip_policy import never_convert
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
 from .variables import (
     BaseUserFunctionVariable,
@@ -720,7 +721,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         spec = ResumeSpec(target, nulls, tuple(name for name, _ in passed), prefix)
         code = resume_code(self.instructions, spec)
         if eager:
-            _C.skip_code(code)
+            never_convert(code)
         codegen.push_null()
         if code.co_freevars:
             for name in code.co_freevars:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Seq
 import torch
 
 from . import _C, config
-from .eval_frame import skip_module
+from .skip_policy import is_user_function, is_user_module, never_convert_module
 
 log = logging.getLogger("minidynamo.verify")
 _MISSING = object()
@@ -118,26 +118,12 @@ def _global_names(code: types.CodeType) -> Tuple[FrozenSet[str], FrozenSet[str]]
     return frozenset(names), frozenset(stored)
 
 
-def _is_user_code(fn: types.FunctionType) -> bool:
-    from .convert_frame import skip_reason
-
-    return skip_reason(fn.__code__, fn.__globals__) is None
-
-
 _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: builtin and extension types
-
-
-@functools.lru_cache(maxsize=1024)
-def _is_user_module(name: str) -> bool:
-    from .convert_frame import skip_reason
-
-    filename = getattr(sys.modules.get(name), "__file__", None) or "<string>"
-    return skip_reason(compile("", filename, "exec"), {"__name__": name}) is None
 
 
 def _is_user_class(cls: type) -> bool:
     """Classes whose attributes user code may rebind: defined in user code, not enums."""
-    return not cls.__flags__ & _IMMUTABLE_TYPE and not issubclass(cls, enum.Enum) and _is_user_module(cls.__module__)
+    return not cls.__flags__ & _IMMUTABLE_TYPE and not issubclass(cls, enum.Enum) and is_user_module(cls.__module__)
 
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks")
@@ -181,7 +167,7 @@ def reachable_slots(fn: Any, args: Sequence[Any], kwargs: Dict[str, Any], limit:
                 elif not name.startswith("__"):
                     slots.setdefault((id(item), name), _class_slot(item, name))
             continue
-        if not isinstance(item, types.FunctionType) or not _is_user_code(item):
+        if not isinstance(item, types.FunctionType) or not is_user_function(item):
             continue
         namespace = item.__globals__
         names, stored = _global_names(item.__code__)
@@ -838,4 +824,4 @@ class Verified:
 
 
 # Library frames: never converted, even when a callback is set around them.
-skip_module(globals())
+never_convert_module(globals())
