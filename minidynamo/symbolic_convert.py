@@ -345,7 +345,6 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         value = self.pop()
         self.stack[-inst.arg].items.extend(value.unpack_var_sequence(self))
 
-
     def MAP_ADD(self, inst: Instr) -> None:
         value, key = self.pop(), self.pop()
         self.stack[-inst.arg].items[key.as_python_constant()] = value
