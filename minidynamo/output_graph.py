@@ -13,7 +13,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import _C
+from . import _C, pyversion
 from .dynamic_shapes import (
     ShapeEnvSource,
     SizeSource,
@@ -28,7 +28,6 @@ from .dynamic_shapes import (
     symbolic_context,
 )
 from .backends.registry import backend_name
-from . import pyversion
 from .bytecode_transformation import assemble
 from .pycodegen import PyCodegen
 from .side_effects import SideEffects
