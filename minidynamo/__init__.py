@@ -2,10 +2,11 @@
 from . import config
 from .backends import list_backends, lookup_backend, register_backend
 from .compile_api import OptimizedModule, compile
-from .convert_frame import stats
+from .counters import stats
 from .dynamic_shapes import mark_dynamic
 from .explain import ExplainOutput, explain
-from .eval_frame import GuardedCode, disable, optimize, optimize_with_callback, reset, run
+from .frame_hook import GuardedCode
+from .eval_frame import disable, optimize, optimize_with_callback, reset, run
 from .logs import set_logs
 from .verify import VerifyError
 

@@ -1,7 +1,6 @@
 """The frame callback: translate a frame the skip policy lets through, and build its cache entry."""
 from __future__ import annotations
 
-import collections
 import gc
 import logging
 import time
@@ -14,8 +13,9 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from . import _C, config
-from .eval_frame import GuardedCode
+from .counters import counters
 from .exc import BackendCompilerFailed, Unsupported
+from .frame_hook import GuardedCode
 from .global_state import GlobalState, resume_saved_tensors_hooks, suspend_saved_tensors_hooks
 from .guard_set import build_check_function
 from .guards import CheckFunction
@@ -41,7 +41,6 @@ class FrameRecord:
 
 
 compile_listeners: List[Callable[[FrameRecord], None]] = []
-counters: "collections.Counter[str]" = collections.Counter()
 recompiles_log = logging.getLogger("minidynamo.recompiles")
 
 
@@ -70,23 +69,6 @@ def _on_cache_limit(frame: Any) -> None:
 
 
 _C.set_cache_limit_hook(_on_cache_limit)
-
-
-def stats() -> Dict[str, int]:
-    """Counters since the last reset(): frames seen by the hook, frames compiled, cache hits and
-    misses, recompiles, graph breaks, frames left unconverted, frames run eagerly because their
-    compiled graph raised."""
-    hook = _C.stats()
-    return {
-        "frames_seen": hook["frames"],
-        "compiled": counters["compiled"],
-        "cache_hits": hook["hits"],
-        "cache_misses": hook["misses"],
-        "recompiles": counters["recompiles"],
-        "graph_breaks": counters["graph_breaks"],
-        "unconverted": counters["unconverted"],
-        "eager_reruns": hook["reruns"],
-    }
 
 
 def _release_frames(error: BaseException) -> None:

@@ -6,26 +6,18 @@ Setting the callback to `False` runs cached code without compiling anything new.
 """
 from __future__ import annotations
 
-import functools
 import gc
 import types
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 
 from . import _C, config
+from .counters import reset_counters
+from .frame_hook import GuardedCode, is_disabled, with_callback  # noqa: F401 - is_disabled beside disable
 from .skip_policy import never_convert_module
 
-FrameCallback = Union[None, bool, Callable[[Any], Optional["GuardedCode"]]]
-
-
-@dataclass(frozen=True)
-class GuardedCode:
-    """A cache entry: run `code` in place of the frame's code when `check_fn(f_locals)` is true."""
-
-    code: types.CodeType
-    check_fn: Callable[[Dict[str, Any]], bool]
+FrameCallback = Union[None, bool, Callable[[Any], Optional[GuardedCode]]]
 
 
 class _CallbackContext:
@@ -54,9 +46,7 @@ class _CallbackContext:
             from .verify import Verified
 
             target = Verified(fn, self.callback)
-        wrapper = _C.CallbackWrapper(target, self.callback)
-        functools.update_wrapper(wrapper, fn)
-        return wrapper
+        return with_callback(target, self.callback, wrapped=fn)
 
 
 def optimize_with_callback(callback: Callable[[Any], Optional[GuardedCode]]) -> _CallbackContext:
@@ -78,17 +68,10 @@ def disable(fn: Optional[Callable] = None) -> Union[_CallbackContext, Callable]:
     return context(fn) if fn is not None else context
 
 
-def is_disabled(fn: Any) -> bool:
-    return isinstance(fn, _C.CallbackWrapper) and fn.callback is None
-
-
 def reset() -> None:
     """Drop every compiled entry, so that every function compiles afresh on its next call."""
-    from .convert_frame import counters
-
     _C.reset()
-    _C.reset_stats()
-    counters.clear()
+    reset_counters()
 
 
 def _on_gc(phase: str, info: Dict[str, int]) -> None:

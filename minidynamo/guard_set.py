@@ -17,7 +17,7 @@ from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
 from .guards import CheckFunction, Guard, GuardKind, NotExpressible, code_for, detach_value, reason_for, render_source
-from .variables.nn_module import module_attribute_home
+from .module_lookup import module_attribute_home
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
                      ModuleGlobalsSource, Source)
 

@@ -37,7 +37,8 @@ from .source import AttrSource, Source
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
 from .variables.dicts import ConstDictVariable
-from .variables.lists import BaseListVariable, ListVariable, NamedTupleVariable, TupleVariable
+from .variables.lists import BaseListVariable, ListVariable, TupleVariable
+from .variables.named_tuple import NamedTupleVariable
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, specialized_value
 from .variables.tensor import TensorVariable
 

@@ -25,6 +25,7 @@ from .skip_policy import never_convert
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
 from .variables import (
     BaseUserFunctionVariable,
+    BoundMethodCall,
     BuiltinVariable,
     CellVariable,
     GradModeVariable,
@@ -42,7 +43,9 @@ from .variables import (
     VariableBuilder,
     VariableTracker,
     WithExitVariable,
+    wrap_constant_result,
 )
+from .variables.constant import is_none
 from .variables.lists import iterate
 from .variables.sym import make_slice
 
@@ -55,13 +58,9 @@ _FORMAT_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
 
 def _unary(fn: Callable) -> Callable:
     def handler(self: "InstructionTranslatorBase", inst: Instr) -> None:
-        self.push(BuiltinVariable(fn).call_function(self, [self.pop()], {}))
+        self.push(self.call_operator(fn, self.pop()))
 
     return handler
-
-
-def _is_none(value: VariableTracker) -> bool:
-    return isinstance(value, ConstantVariable) and value.value is None
 
 
 class InstructionTranslatorBase(pyversion.VersionHandlers):
@@ -161,8 +160,19 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             unimplemented(f"** with {kwargs.describe()}")
         return self.call_function(fn, [*leading, *args.unpack_var_sequence(self)], dict(kwargs.items))
 
+    # ---- what trackers ask of the translator they are handed (variables/ imports nothing above it) ----
+
     def call_operator(self, fn: Callable, *args: VariableTracker) -> VariableTracker:
+        """`fn(*args)` for a builtin or `operator` function, as the bytecode's operators run it."""
         return BuiltinVariable(fn).call_function(self, list(args), {})
+
+    def wrap(self, value: Any, source: Optional[Source] = None) -> VariableTracker:
+        """The tracker of a real value reached at `source` (None: no source), with the guards it needs."""
+        return VariableBuilder(self, source)(value)
+
+    def wrap_constant(self, value: Any) -> VariableTracker:
+        """The tracker of a value computed from constants while tracing."""
+        return wrap_constant_result(value)
 
     def push_null(self) -> None:
         self.push(NullVariable())
@@ -201,10 +211,10 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         if pending is not None:
             return pending
         if name in self.f_globals:
-            return VariableBuilder(self, self.global_source(name))(self.f_globals[name])
+            return self.wrap(self.f_globals[name], self.global_source(name))
         builtins_ns = self.f_builtins if isinstance(self.f_builtins, dict) else vars(self.f_builtins)
         if name in builtins_ns:
-            return VariableBuilder(self, None)(builtins_ns[name])
+            return self.wrap(builtins_ns[name])
         unimplemented(f"name '{name}' is not defined")
 
     def LOAD_FAST(self, inst: Instr) -> None:
@@ -271,7 +281,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
     def BINARY_SUBSCR(self, inst: Instr) -> None:
         index = self.pop()
         obj = self.pop()
-        self.push(BuiltinVariable(operator.getitem).call_function(self, [obj, index], {}))
+        self.push(self.call_operator(operator.getitem, obj, index))
 
     def STORE_SUBSCR(self, inst: Instr) -> None:
         index, obj, value = self.pop(), self.pop(), self.pop()
@@ -288,18 +298,18 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     def COMPARE_OP(self, inst: Instr) -> None:
         b, a = self.pop(), self.pop()
-        self.push(BuiltinVariable(pyversion.COMPARE_OPS[inst.arg]).call_function(self, [a, b], {}))
+        self.push(self.call_operator(pyversion.COMPARE_OPS[inst.arg], a, b))
 
     def IS_OP(self, inst: Instr) -> None:
         b, a = self.pop(), self.pop()
         fn = operator.is_not if inst.arg else operator.is_
-        self.push(BuiltinVariable(fn).call_function(self, [a, b], {}))
+        self.push(self.call_operator(fn, a, b))
 
     def CONTAINS_OP(self, inst: Instr) -> None:
         container, item = self.pop(), self.pop()
-        found = BuiltinVariable(operator.contains).call_function(self, [container, item], {})
+        found = self.call_operator(operator.contains, container, item)
         if inst.arg:
-            found = BuiltinVariable(operator.not_).call_function(self, [found], {})
+            found = self.call_operator(operator.not_, found)
         self.push(found)
 
     UNARY_NEGATIVE = _unary(operator.neg)
@@ -432,8 +442,8 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         if self.pop().truthy(self) is truth:
             self.jump(inst)
 
-    def pop_jump_if_none(self, inst: Instr, is_none: bool) -> None:
-        if _is_none(self.pop()) is is_none:
+    def pop_jump_if_none(self, inst: Instr, when_none: bool) -> None:
+        if is_none(self.pop()) is when_none:
             self.jump(inst)
 
     def jump_if_or_pop(self, inst: Instr, truth: bool) -> None:
@@ -490,29 +500,6 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         raise NotImplementedError
 
 
-class BoundMethodCall(VariableTracker):
-    """`obj.name` looked up to be called; calling it asks `obj` to run its method."""
-
-    def __init__(self, obj: VariableTracker, name: str) -> None:
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def describe(self) -> str:
-        return f"method {self.name} of {self.obj.describe()}"
-
-    def call_function(self, tx, args, kwargs) -> VariableTracker:
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def var_getattr(self, tx, name: str) -> VariableTracker:
-        return self.obj.var_getattr(tx, self.name).var_getattr(tx, name)
-
-    def reconstruct(self, codegen) -> None:
-        codegen.reconstruct(self.obj)
-        codegen.load_attr(self.name)
-
-    def subvalues(self) -> List[VariableTracker]:
-        return [self.obj]
 
 
 class InstructionTranslator(InstructionTranslatorBase):
@@ -533,7 +520,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         # real cell -> its tracker, so that functions closing over the same cell share it
         self.frame_cells: Dict[int, CellVariable] = {}
         for name, real_cell in zip(code.co_freevars, closure):  # an empty cell may be assigned later
-            value = VariableBuilder(self, LocalSource(name))(self.f_locals[name]) if name in self.f_locals else None
+            value = self.wrap(self.f_locals[name], LocalSource(name)) if name in self.f_locals else None
             self.cells[name] = CellVariable(value, writable=False, frame_name=name)
             self.frame_cells[id(real_cell)] = self.cells[name]
 
@@ -556,7 +543,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         if name in self.f_locals:
-            return VariableBuilder(self, LocalSource(name))(self.f_locals[name])
+            return self.wrap(self.f_locals[name], LocalSource(name))
         return None
 
     def load_local(self, name: str) -> VariableTracker:

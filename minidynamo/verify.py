@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Seq
 import torch
 
 from . import _C, config
+from .counters import entries_installed
 from .skip_policy import is_user_function, is_user_module, never_convert_module
 
 log = logging.getLogger("minidynamo.verify")
@@ -631,7 +632,7 @@ def run_compiled(fn: Callable, args: tuple, kwargs: dict, callback: Any, ran: Di
     the call raised anyway: a graph raising where eager returns is a bug that re-running hides."""
     outcome = Outcome()
     stdout = io.StringIO()
-    compiles = _C.stats()["compiles"]
+    compiles = entries_installed()
     graph_errors: List[BaseException] = []
     previous_hook = _C.set_rerun_hook(graph_errors.append)
     try:
@@ -639,7 +640,7 @@ def run_compiled(fn: Callable, args: tuple, kwargs: dict, callback: Any, ran: Di
             outcome.run(fn, args, kwargs, callback)
     finally:
         _C.set_rerun_hook(previous_hook)
-        outcome.compiled_frames = _C.stats()["compiles"] - compiles
+        outcome.compiled_frames = entries_installed() - compiles
         outcome.stdout = stdout.getvalue()
         sys.stdout.write(outcome.stdout)
     if graph_errors and outcome.exc is None:

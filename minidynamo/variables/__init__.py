@@ -1,21 +1,25 @@
+"""The translator's symbolic values. Each module imports only modules listed above it here; a
+tracker that needs something higher (wrapping a new real value, calling a builtin) asks the
+translator it is handed (`tx.wrap`, `tx.wrap_constant`, `tx.apply_operator`)."""
 from .base import VariableTracker
-from .builder import VariableBuilder, wrap_constant_result
-from .builtin import BuiltinVariable
 from .constant import ConstantVariable
+from .lists import BaseListVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable
 from .dicts import ConstDictVariable
-from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
-from .lists import (BaseListVariable, IteratorVariable, ListIteratorVariable, ListVariable, NamedTupleVariable,
-                    SetVariable, TupleVariable)
-from .misc import CellVariable, GradModeVariable, NullVariable, PythonModuleVariable, WithExitVariable
-from .nn_module import NNModuleVariable
+from .named_tuple import NamedTupleVariable
 from .sym import SymNodeVariable
+from .misc import BoundMethodCall, CellVariable, GradModeVariable, NullVariable, PythonModuleVariable, WithExitVariable
+from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
+from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
 from .torch import TorchVariable
-from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+from .builtin import BuiltinVariable
+from .builder import VariableBuilder, wrap_constant_result
 
 __all__ = [
     "BaseListVariable",
     "BaseUserFunctionVariable",
+    "BoundMethodCall",
     "BuiltinVariable",
     "CellVariable",
     "ConstDictVariable",

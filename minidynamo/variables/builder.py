@@ -1,12 +1,9 @@
 """VariableBuilder: wraps a real value found at a source into a tracker, adding the guards it needs."""
 from __future__ import annotations
 
-import builtins
 import enum
 import functools
-import math
 import operator
-import sys
 import types
 import weakref
 from typing import Any, Optional
@@ -14,21 +11,22 @@ from typing import Any, Optional
 import torch
 
 from ..exc import unimplemented
+from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, GetItemSource, Source
 from .base import VariableTracker
-from ..eval_frame import is_disabled
 from .builtin import BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
-from .functions import UserFunctionVariable, UserMethodVariable
-from .lists import ListVariable, NamedTupleVariable, SetVariable, TupleVariable
-from .misc import DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode, WeakRefVariable, WithExitVariable
+from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .lists import ListVariable, SetVariable, TupleVariable
+from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode,
+                   WeakRefVariable, WithExitVariable, is_torch_object)
+from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .torch import FunctorchFunctionVariable, TorchVariable, is_functorch_function, unconverted_wrapper
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 
-_STABLE_MODULES = (builtins, math, operator, functools)
 # Builtin classes that behave like functions when called while tracing.
 _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, range, zip, enumerate, reversed,
                   type, slice, map, filter, super)
@@ -36,30 +34,6 @@ _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, rang
 
 # torch's context-manager objects (inference_mode(), ...) are values, not functions to put in a graph.
 _CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager,)
-
-
-def is_torch_object(value: Any) -> bool:
-    module = getattr(value, "__module__", None) or ""
-    if isinstance(value, types.ModuleType):
-        module = value.__name__
-    if not _is_torch_name(module):
-        return False
-    # `__module__` is only the `__name__` of the globals a function was made in (exec can make any
-    # namespace claim to be torch); a Python function is torch's if it runs in a torch module's globals.
-    if not isinstance(value, types.FunctionType):
-        return True
-    globals_ = value.__globals__
-    name = globals_.get("__name__")
-    return isinstance(name, str) and _is_torch_name(name) and getattr(sys.modules.get(name), "__dict__", None) is globals_
-
-
-def _is_torch_name(module: str) -> bool:
-    return module == "torch" or module.startswith("torch.")
-
-
-def is_stable_module(module: types.ModuleType) -> bool:
-    """Modules whose attributes we assume nobody rebinds (no guards on reads from them)."""
-    return module in _STABLE_MODULES or is_torch_object(module) or getattr(module, "__file__", "") is None
 
 
 class VariableBuilder:
@@ -107,8 +81,6 @@ class VariableBuilder:
             self.guard(GuardKind.EQUALS_MATCH, set(value))  # a copy: the set itself may change later
             return SetVariable([ConstantVariable(v) for v in value], source)
         if isinstance(value, functools.partial):
-            from .functions import PartialVariable
-
             self.guard(GuardKind.TYPE_MATCH, type(value))
             if source is not None:  # another partial of the same function may bind more arguments
                 tx.output.add_guard(Guard(AttrSource(source, "args"), GuardKind.LIST_LENGTH, value.args))
@@ -141,9 +113,7 @@ class VariableBuilder:
             self.guard(GuardKind.ID_MATCH, value)
             return UserFunctionVariable(value, source)
         if isinstance(value, RestoreGradMode):
-            from ..source import AttrSource as _Attr
-
-            VariableBuilder(tx, source and _Attr(source, "mode"))(value.mode)
+            VariableBuilder(tx, source and AttrSource(source, "mode"))(value.mode)
             context = GradModeVariable(not value.mode)
             context.previous = value.mode
             return WithExitVariable(context)
@@ -163,8 +133,6 @@ class VariableBuilder:
                                     operator.attrgetter)):
             return BuiltinVariable(value)
         if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict, set):
-            from ..symbolic_convert import BoundMethodCall
-
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             return BoundMethodCall(owner, value.__name__)
         if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):

@@ -15,14 +15,18 @@ import torch
 
 from ..exc import unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
+from ..source import AttrSource
 from .base import VariableTracker
-from .constant import ConstantVariable, is_constant_value
+from .constant import ConstantVariable, is_constant_value, is_none
 from .dicts import ConstDictVariable
+from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
 from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListIteratorVariable, ListVariable,
-                    SetVariable, TupleVariable, ZipVariable, iterate)
+                    SetVariable, TupleVariable, ZipVariable, iterate, sort_items)
 from .nn_module import NNModuleVariable
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
+from .torch import read_setting
+from .user_defined import ConstructedObjectVariable, NewObjectVariable, SuperVariable, UserDefinedClassVariable
 
 # Functions that may be evaluated on constant arguments while tracing.
 _FOLDABLE = {
@@ -77,8 +81,6 @@ class BuiltinVariable(VariableTracker):
             args[0].store_attr(tx, args[1].as_python_constant(), args[2])
             return ConstantVariable(None)
         if self.fn is functools.partial and args:
-            from .functions import PartialVariable
-
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if self.fn in (operator.itemgetter, operator.attrgetter) and args and not kwargs:
             return GetterVariable(self.fn, [a.as_python_constant() for a in args])
@@ -103,8 +105,6 @@ class BuiltinVariable(VariableTracker):
                 unimplemented(f"'is' between {args[0].describe()} and {args[1].describe()}")
             return same
         if self.fn is sys.getrecursionlimit and not args and not kwargs:
-            from .torch import read_setting
-
             return read_setting(tx, self.fn)
         if (self.fn in _FOLDABLE or self.fn is sys.getdefaultencoding) and all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
@@ -113,9 +113,7 @@ class BuiltinVariable(VariableTracker):
                 value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
             except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
                 unimplemented(f"{self.describe()} raises {type(e).__name__} here")
-            from .builder import wrap_constant_result
-
-            return wrap_constant_result(value)
+            return tx.wrap_constant(value)
         if self.fn is operator.getitem and len(args) == 2:
             return args[0].call_method(tx, "__getitem__", [args[1]], {})
         if self.fn in (operator.setitem, operator.delitem):
@@ -232,9 +230,6 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(issubclass(cls.as_python_constant(), classes.as_python_constant()))
 
     def _call_type(self, tx, obj: VariableTracker):
-        from ..source import AttrSource
-        from .user_defined import UserDefinedClassVariable
-
         # the class of an existing object is reached through it, so that what is read from it is guarded
         source = AttrSource(obj.source, "__class__") if obj.source is not None and obj.real_object() is not None else None
         return UserDefinedClassVariable(obj.python_type(), source)
@@ -301,7 +296,7 @@ class BuiltinVariable(VariableTracker):
     def _call_filter(self, tx, fn: VariableTracker, iterable: VariableTracker):
         keep = []
         for item in iterable.unpack_var_sequence(tx):
-            test = item if _is_none(fn) else fn.call_function(tx, [item], {})
+            test = item if is_none(fn) else fn.call_function(tx, [item], {})
             if test.truthy(tx):
                 keep.append(item)
         return ListIteratorVariable(keep)
@@ -323,7 +318,7 @@ class BuiltinVariable(VariableTracker):
                 return default
         if not args:
             unimplemented(f"{self.fn.__name__}() of an empty sequence")
-        if key is not None and not _is_none(key):
+        if key is not None and not is_none(key):
             keys = [key.call_function(tx, [a], {}).as_python_constant() for a in args]
             best = self.fn(range(len(args)), key=keys.__getitem__)
             return args[best]
@@ -354,8 +349,6 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(args[0].truthy(tx) if args else False)
 
     def _call_super(self, tx, *args: VariableTracker):
-        from .user_defined import SuperVariable
-
         if args:
             return SuperVariable(args[0].as_python_constant(), args[1])
         cls = tx.cell("__class__").contents.as_python_constant()
@@ -375,8 +368,6 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(callable(identity))
         if obj.is_python_constant():
             return ConstantVariable(callable(obj.as_python_constant()))
-        from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
-
         if isinstance(obj, (BaseUserFunctionVariable, UserMethodVariable, PartialVariable, BuiltinVariable)):
             return ConstantVariable(True)
         return ConstantVariable(any("__call__" in vars(klass) for klass in obj.python_type().__mro__))
@@ -463,8 +454,6 @@ def _has_attr_of_traced_value(tx, obj: VariableTracker, name: str) -> bool:
     """hasattr on a value with no real object behind it, answered as Python's lookup would: the
     attributes its tracker records, then its type's; where that lookup would run user code
     (properties, descriptors, __getattr__) the attribute is read through the tracker instead."""
-    from .user_defined import NewObjectVariable
-
     cls = obj.python_type()
     lookup_owner = next(base for base in cls.__mro__ if "__getattribute__" in vars(base))
     generic = lookup_owner.__module__ in ("builtins", "functools", "collections") and lookup_owner not in _SPECIAL_GETATTRIBUTE
@@ -488,23 +477,7 @@ def _has_attr_of_traced_value(tx, obj: VariableTracker, name: str) -> bool:
 def _instance_dict_known(obj: VariableTracker) -> bool:
     """Whether every instance attribute of `obj` is known while tracing: objects built in the frame
     by traced code (their attribute stores are tracked; other trackers reject them)."""
-    from .user_defined import ConstructedObjectVariable, NewObjectVariable
-
     return isinstance(obj, NewObjectVariable) or (obj.source is None and not isinstance(obj, ConstructedObjectVariable))
-
-
-def _is_none(vt: VariableTracker) -> bool:
-    return isinstance(vt, ConstantVariable) and vt.value is None
-
-
-def sort_items(tx, items: List[VariableTracker], key: VariableTracker = None, reverse: VariableTracker = None) -> List[VariableTracker]:
-    """`sorted()` over trackers whose sort keys are constants (a `key` function is traced per item)."""
-    if key is None or _is_none(key):
-        keys = [item.as_python_constant() for item in items]
-    else:
-        keys = [key.call_function(tx, [item], {}).as_python_constant() for item in items]
-    order = sorted(range(len(items)), key=keys.__getitem__, reverse=bool(reverse and reverse.as_python_constant()))
-    return [items[i] for i in order]
 
 
 class GetterVariable(VariableTracker):

@@ -54,9 +54,7 @@ class ConstantVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if isinstance(self.value, _PURE_METHOD_TYPES + _OPAQUE) and not name.startswith("__"):
-            from .builder import wrap_constant_result
-
-            return wrap_constant_result(getattr(self.value, name))
+            return tx.wrap_constant(getattr(self.value, name))
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
@@ -68,9 +66,11 @@ class ConstantVariable(VariableTracker):
         if method is None:
             unimplemented(f"{type(self.value).__name__} has no method {name}")
         result = method(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
-        from .builder import wrap_constant_result
-
-        return wrap_constant_result(result)
+        return tx.wrap_constant(result)
 
     def reconstruct(self, codegen) -> None:
         codegen.load_const(self.value)
+
+
+def is_none(value: VariableTracker) -> bool:
+    return isinstance(value, ConstantVariable) and value.value is None

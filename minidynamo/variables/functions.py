@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
-from ..source import AttrSource, CellContentsSource, DefaultsSource, GetItemSource
+from ..source import AttrSource, CellContentsSource, ContainsSource, DefaultsSource, GetItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .dicts import ConstDictVariable
@@ -82,14 +82,11 @@ def _mapping_get(tx, mapping: VariableTracker, key: VariableTracker, default: Op
 def _mapping_contains(tx, mapping: VariableTracker, key: VariableTracker) -> VariableTracker:
     """collections.abc.Mapping.__contains__ catches KeyError: asked of the real mapping instead,
     and guarded by repeating the question."""
-    from ..source import ContainsSource
-    from .builder import VariableBuilder
-
     real = mapping.real_object()
     if real is None or mapping.source is None or not key.is_python_constant():
         unimplemented(f"'in' on {mapping.describe()}")
     value = key.as_python_constant()
-    return VariableBuilder(tx, ContainsSource(mapping.source, value))(value in real)
+    return tx.wrap(value in real, ContainsSource(mapping.source, value))
 
 
 class BaseUserFunctionVariable(VariableTracker):
@@ -117,9 +114,7 @@ class BaseUserFunctionVariable(VariableTracker):
         if getattr(self, "fn", None) in _EVALUATED_ON_REAL_OBJECTS and not kwargs:
             reals = [a.real_value() if a.real_value() is not None else a for a in args]
             if all(not isinstance(r, VariableTracker) for r in reals):
-                from .builder import wrap_constant_result
-
-                return wrap_constant_result(self.fn(*reals))
+                return tx.wrap_constant(self.fn(*reals))
         if self.get_code().co_flags & CO_ASYNC:
             unimplemented(f"calling coroutine function {self.get_code().co_name}")
         module = self.get_globals().get("__name__", "")
@@ -155,9 +150,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         return super().var_getattr(tx, name)
 
     def _wrap_real(self, tx, value: Any, source) -> VariableTracker:
-        from .builder import VariableBuilder
-
-        return VariableBuilder(tx, source if self.source is not None else None)(value)
+        return tx.wrap(value, source if self.source is not None else None)
 
     def bind(self, tx, args, kwargs) -> Dict[str, VariableTracker]:
         if self.source is not None:

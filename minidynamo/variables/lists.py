@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented, unimplemented_frame
 from .base import VariableTracker
-from .constant import ConstantVariable
+from .constant import ConstantVariable, is_none
 
 
 class BaseListVariable(VariableTracker):
@@ -87,10 +87,8 @@ class ListVariable(BaseListVariable):
         mutators = {"append", "extend", "insert", "pop", "clear", "reverse", "__setitem__", "__delitem__", "remove", "sort"}
         if name == "remove" and len(args) == 1:
             self._check_mutable(tx)
-            from .builtin import BuiltinVariable
-
             for i, item in enumerate(self.items):
-                if BuiltinVariable(operator.eq).call_function(tx, [item, args[0]], {}).truthy(tx):
+                if tx.apply_operator(operator.eq, [item, args[0]]).truthy(tx):
                     del self.items[i]
                     return ConstantVariable(None)
             unimplemented("list.remove of a missing element")
@@ -119,8 +117,6 @@ class ListVariable(BaseListVariable):
         elif name == "copy" and not args:
             return ListVariable(list(self.items))
         elif name == "sort":
-            from .builtin import sort_items
-
             self.items[:] = sort_items(tx, self.items, kwargs.get("key"), kwargs.get("reverse"))
         else:
             return super().call_method(tx, name, args, kwargs)
@@ -158,9 +154,7 @@ class SetVariable(BaseListVariable):
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if all(a.is_python_constant() for a in args) and hasattr(set, name) and not kwargs:
-            from .builder import wrap_constant_result
-
-            return wrap_constant_result(getattr(self.as_python_constant(), name)(*[a.as_python_constant() for a in args]))
+            return tx.wrap_constant(getattr(self.as_python_constant(), name)(*[a.as_python_constant() for a in args]))
         unimplemented(f"set.{name}")
 
     def mutate(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
@@ -186,64 +180,6 @@ class SetVariable(BaseListVariable):
         for item in self.items:
             codegen.reconstruct(item)
         codegen.append("BUILD_SET", len(self.items))
-
-
-class NamedTupleVariable(TupleVariable):
-    """A namedtuple (or torch.return_types struct) whose fields are tracked one by one."""
-
-    def __init__(self, items: List[VariableTracker], tuple_cls: type, source=None) -> None:
-        super().__init__(items, source)
-        self.tuple_cls = tuple_cls
-
-    def python_type(self) -> type:
-        return self.tuple_cls
-
-    def describe(self) -> str:
-        return f"{self.tuple_cls.__name__} tuple"
-
-    def fields(self) -> List[str]:
-        return list(getattr(self.tuple_cls, "_fields", None) or getattr(self.tuple_cls, "n_fields_names", []))
-
-    def as_python_constant(self) -> Any:
-        return self.tuple_cls(*[item.as_python_constant() for item in self.items])
-
-    def getitem(self, tx, index: Any) -> VariableTracker:
-        if isinstance(index, slice):
-            return TupleVariable(self.items[index])
-        return self.items[index]
-
-    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
-        fields = list(getattr(self.tuple_cls, "_fields", ()))
-        if name == "_asdict" and fields:
-            from .dicts import ConstDictVariable
-
-            return ConstDictVariable(dict(zip(fields, self.items)))
-        if name == "_replace" and fields and not args:
-            items = [kwargs.get(f, item) for f, item in zip(fields, self.items)]
-            return NamedTupleVariable(items, self.tuple_cls)
-        return super().call_method(tx, name, args, kwargs)
-
-    def var_getattr(self, tx, name: str) -> VariableTracker:
-        names = list(getattr(self.tuple_cls, "_fields", ()))
-        if name in names:
-            return self.items[names.index(name)]
-        if hasattr(self.tuple_cls, "n_sequence_fields"):
-            index = _structseq_index(self.tuple_cls, name)
-            if index is not None:
-                return self.items[index]
-        return super().var_getattr(tx, name)
-
-    def reconstruct(self, codegen) -> None:
-        codegen.load_function(getattr(self.tuple_cls, "_make", self.tuple_cls))
-        TupleVariable(self.items).reconstruct(codegen)
-        codegen.call(1)
-
-
-def _structseq_index(cls: type, name: str) -> Optional[int]:
-    """The position of field `name` in a C struct sequence such as torch.return_types.max."""
-    probe = cls(tuple(range(cls.n_sequence_fields)))
-    index = getattr(probe, name, None)
-    return index if isinstance(index, int) else None
 
 
 class IteratorVariable(VariableTracker):
@@ -376,3 +312,14 @@ def iterate(tx, obj: VariableTracker) -> ListIteratorVariable:
     container = getattr(obj, "mapping", obj)  # a dict view iterates its dict
     watched = container if container.has_identity and issubclass(container.python_type(), (dict, set)) else None
     return ListIteratorVariable(obj.unpack_var_sequence(tx), watched=watched)
+
+
+def sort_items(tx, items: List[VariableTracker], key: Optional[VariableTracker] = None,
+               reverse: Optional[VariableTracker] = None) -> List[VariableTracker]:
+    """`sorted()` over trackers whose sort keys are constants (a `key` function is traced per item)."""
+    if key is None or is_none(key):
+        keys = [item.as_python_constant() for item in items]
+    else:
+        keys = [key.call_function(tx, [item], {}).as_python_constant() for item in items]
+    order = sorted(range(len(items)), key=keys.__getitem__, reverse=bool(reverse and reverse.as_python_constant()))
+    return [items[i] for i in order]

@@ -1,13 +1,19 @@
-"""Small trackers: the NULL marker, closure cells, Python modules, grad-mode contexts."""
+"""Small trackers: the NULL marker, closure cells, Python modules, grad-mode contexts, bound methods."""
 from __future__ import annotations
 
+import builtins
+import functools
+import math
+import operator
 import sys
 import types
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import torch
 
 from ..exc import unimplemented
+from ..guards import Guard, GuardKind
+from ..source import AttrSource, CallSource, GetItemSource, ModuleGlobalsSource
 from .base import VariableTracker
 from .constant import ConstantVariable
 
@@ -46,6 +52,31 @@ class CellVariable(VariableTracker):
 
 
 _MODULES_SCOPE = "___sys_modules"
+_STABLE_MODULES = (builtins, math, operator, functools)
+
+
+def is_torch_object(value: Any) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    if isinstance(value, types.ModuleType):
+        module = value.__name__
+    if not _is_torch_name(module):
+        return False
+    # `__module__` is only the `__name__` of the globals a function was made in (exec can make any
+    # namespace claim to be torch); a Python function is torch's if it runs in a torch module's globals.
+    if not isinstance(value, types.FunctionType):
+        return True
+    globals_ = value.__globals__
+    name = globals_.get("__name__")
+    return isinstance(name, str) and _is_torch_name(name) and getattr(sys.modules.get(name), "__dict__", None) is globals_
+
+
+def _is_torch_name(module: str) -> bool:
+    return module == "torch" or module.startswith("torch.")
+
+
+def is_stable_module(module: types.ModuleType) -> bool:
+    """Modules whose attributes we assume nobody rebinds (no guards on reads from them)."""
+    return module in _STABLE_MODULES or is_torch_object(module) or getattr(module, "__file__", "") is None
 
 
 class PythonModuleVariable(VariableTracker):
@@ -66,21 +97,18 @@ class PythonModuleVariable(VariableTracker):
         return self.module
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .builder import VariableBuilder, is_stable_module, is_torch_object
-        from ..source import AttrSource, GetItemSource, ModuleGlobalsSource
-
         if not hasattr(self.module, name):
             unimplemented(f"module {self.module.__name__} has no attribute {name}")
         value = getattr(self.module, name)
         if not is_stable_module(self.module) and self.source is not None:
-            return VariableBuilder(tx, AttrSource(self.source, name))(value)
+            return tx.wrap(value, AttrSource(self.source, name))
         if (type(value) in (bool, int, float, str) and is_torch_object(self.module)
                 and sys.modules.get(self.module.__name__) is self.module):
             # a setting such as torch.backends.mkldnn.enabled, which users change between calls
             tx.output.namespaces[_MODULES_SCOPE] = sys.modules
             modules = ModuleGlobalsSource(_MODULES_SCOPE, sys.modules)
-            return VariableBuilder(tx, AttrSource(GetItemSource(modules, self.module.__name__), name))(value)
-        return VariableBuilder(tx, None)(value)
+            return tx.wrap(value, AttrSource(GetItemSource(modules, self.module.__name__), name))
+        return tx.wrap(value)
 
 
 def grad_mode_object(cls: type, mode: bool, prev: Optional[bool]) -> Any:
@@ -111,9 +139,6 @@ class GradModeVariable(VariableTracker):
     @classmethod
     def from_object(cls, tx, value: Any, source) -> "GradModeVariable":
         """A grad-mode object that already exists (an argument, a global, made before a break)."""
-        from ..guards import Guard, GuardKind
-        from ..source import AttrSource
-
         def guard(kind, attr=None, expected=None) -> None:
             if source is not None:
                 tx.output.add_guard(Guard(AttrSource(source, attr) if attr else source, kind, expected))
@@ -234,9 +259,31 @@ class WeakRefVariable(VariableTracker):
         return self.ref
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
-        from ..source import CallSource
-        from .builder import VariableBuilder
-
         if args or kwargs or self.source is None:
             unimplemented("calling a weak reference")
-        return VariableBuilder(tx, CallSource(self.source))(self.ref())
+        return tx.wrap(self.ref(), CallSource(self.source))
+
+
+class BoundMethodCall(VariableTracker):
+    """`obj.name` looked up to be called; calling it asks `obj` to run its method."""
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method {self.name} of {self.obj.describe()}"
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        return self.obj.var_getattr(tx, self.name).var_getattr(tx, name)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.obj)
+        codegen.load_attr(self.name)
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]

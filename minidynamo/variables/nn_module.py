@@ -10,44 +10,19 @@ from torch.nn.modules import module as module_impl
 
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
+from ..module_lookup import MISSING, MODULE_TABLES, class_attribute, is_data_descriptor, module_attribute_home
 from ..source import AttrSource, GetItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .functions import UserMethodVariable
 from .lists import ListIteratorVariable, TupleVariable
+from .user_defined import UserDefinedClassVariable, iterate_object, lookup_class_attribute
 
-_MISSING = object()
-# Module.__getattr__ searches these instance dicts, in this order, when Python's lookup finds nothing.
-_TABLES = ("_parameters", "_buffers", "_modules")
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                       "_global_backward_pre_hooks")
 _CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
 _LIST_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential)
-
-
-def class_attribute(cls: type, name: str) -> Any:
-    """`name` as found along `cls.__mro__` (unbound, no descriptor called), or _MISSING."""
-    for base in cls.__mro__:
-        if name in base.__dict__:
-            return base.__dict__[name]
-    return _MISSING
-
-
-def _is_data_descriptor(value: Any) -> bool:
-    return hasattr(type(value), "__set__") or hasattr(type(value), "__delete__")
-
-
-def module_attribute_home(module: torch.nn.Module, name: str) -> Optional[str]:
-    """Which dict of `module` Python's lookup of `module.name` answers from: "__dict__" (no class
-    data descriptor shadows it), else the table (_parameters, _buffers, _modules) Module.__getattr__
-    finds it in when no class attribute does; None otherwise (read through getattr)."""
-    cls = type(module)
-    static = class_attribute(cls, name)
-    if name in module.__dict__:
-        return None if static is not _MISSING and _is_data_descriptor(static) else "__dict__"
-    if static is not _MISSING or class_attribute(cls, "__getattr__") is not torch.nn.Module.__getattr__:
-        return None
-    return next((table for table in _TABLES if name in module.__dict__.get(table, ())), None)
 
 
 def _is_torch_method(module: torch.nn.Module, name: str, owners: Tuple[type, ...]) -> bool:
@@ -99,9 +74,7 @@ class NNModuleVariable(VariableTracker):
             self._guard(tx, table, GuardKind.DICT_CONTAINS, (key, True))
 
     def _child(self, tx, value: Any, source) -> VariableTracker:
-        from .builder import VariableBuilder
-
-        return VariableBuilder(tx, source)(value)
+        return tx.wrap(value, source)
 
     # ---- attributes ----
 
@@ -119,18 +92,16 @@ class NNModuleVariable(VariableTracker):
         module, cls = self.module, type(self.module)
         source = self.source and AttrSource(self.source, name)
         if name == "__class__":
-            from .user_defined import UserDefinedClassVariable
-
             return UserDefinedClassVariable(cls)
         static = class_attribute(cls, name)
-        if static is not _MISSING and _is_data_descriptor(static):
+        if static is not MISSING and is_data_descriptor(static):
             return self._class_attribute(tx, name, source)
-        if static is _MISSING:
+        if static is MISSING:
             self._guard_class_lacks(tx, name)
         if name in module.__dict__:  # its guards read this __dict__ entry (see module_attribute_home)
             return self._child(tx, module.__dict__[name], source)
         self._guard_absent(tx, "__dict__", name)
-        if static is not _MISSING:
+        if static is not MISSING:
             return self._class_attribute(tx, name, source)
         table = module_attribute_home(module, name)
         if table is None:
@@ -140,7 +111,7 @@ class NNModuleVariable(VariableTracker):
     def has_attribute(self, tx, name: str) -> bool:
         """`hasattr(module, name)`, answered in var_getattr's order with a guard on each fact used."""
         module = self.module
-        if class_attribute(type(module), name) is not _MISSING:
+        if class_attribute(type(module), name) is not MISSING:
             return True
         self._guard_class_lacks(tx, name)
         present = name in module.__dict__
@@ -149,7 +120,7 @@ class NNModuleVariable(VariableTracker):
             return True
         if class_attribute(type(module), "__getattr__") is not torch.nn.Module.__getattr__:
             unimplemented(f"hasattr on a {type(module).__name__} with a __getattr__ of its own")
-        for table in _TABLES:
+        for table in MODULE_TABLES:
             present = name in getattr(module, table)
             self._guard(tx, table, GuardKind.DICT_CONTAINS, (name, present))
             if present:
@@ -157,8 +128,6 @@ class NNModuleVariable(VariableTracker):
         return False
 
     def _class_attribute(self, tx, name: str, source) -> VariableTracker:
-        from .user_defined import lookup_class_attribute
-
         self._guard_class_attribute(tx, name)
         return lookup_class_attribute(tx, self, type(self.module), name, source)
 
@@ -178,7 +147,7 @@ class NNModuleVariable(VariableTracker):
 
     def _table_entry(self, tx, table: str, name: str) -> VariableTracker:
         """`getattr(module, table)[name]`, known to be what `module.name` reads."""
-        for earlier in _TABLES[:_TABLES.index(table)]:
+        for earlier in MODULE_TABLES[:MODULE_TABLES.index(table)]:
             self._guard_absent(tx, earlier, name)
         value = getattr(self.module, table)[name]
         if table == "_modules" or value is None:
@@ -189,8 +158,6 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         """`module(*args)`: the class's __call__; nn.Module's runs `self.forward` when there are no hooks."""
-        from .functions import UserMethodVariable
-
         call = class_attribute(type(self.module), "__call__")
         self._guard_class_attribute(tx, "__call__")
         if call is not torch.nn.Module.__call__:
@@ -218,8 +185,6 @@ class NNModuleVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx) -> List[VariableTracker]:
         if not self.has_unpack_var_sequence(tx):
-            from .user_defined import iterate_object
-
             return iterate_object(tx, self, type(self.module))
         self._guard_keys(tx, "_modules")
         if isinstance(self.module, torch.nn.ModuleDict):

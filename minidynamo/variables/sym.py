@@ -9,7 +9,7 @@ import torch.fx
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable
-from .lists import NamedTupleVariable
+from .named_tuple import NamedTupleVariable
 
 SymValue = Union[torch.SymInt, torch.SymBool, torch.SymFloat]
 SYM_TYPES = (torch.SymInt, torch.SymBool, torch.SymFloat)

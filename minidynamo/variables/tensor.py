@@ -9,6 +9,8 @@ import torch
 import torch.fx
 
 from ..exc import unimplemented
+from ..guards import Guard, GuardKind
+from ..source import AttrSource, CallSource
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .sym import SizeVariable, specialized_value
@@ -56,9 +58,6 @@ class TensorVariable(VariableTracker):
         if name == "shape":
             return self.size_variable(tx)
         if name == "is_leaf" and self.source is not None:  # not among what tensor guards check
-            from ..guards import Guard, GuardKind
-            from ..source import AttrSource
-
             tx.output.add_guard(Guard(AttrSource(self.source, "is_leaf"), GuardKind.EQUALS_MATCH, self.example.is_leaf))
         if name in _CONSTANT_ATTRS:
             return ConstantVariable(getattr(self.example, name))
@@ -74,18 +73,13 @@ class TensorVariable(VariableTracker):
 
     def _own_attribute(self, tx, name: str) -> VariableTracker:
         """An attribute set on the tensor object itself (`x.tag = ...`), read from the real input."""
-        from ..source import AttrSource
-        from .builder import VariableBuilder
-
         real = real_input(tx, self)
         if real is None or name not in getattr(real, "__dict__", {}):
             unimplemented(f"reading attribute '{name}' of a tensor")
-        return VariableBuilder(tx, AttrSource(self.source, name))(real.__dict__[name])
+        return tx.wrap(real.__dict__[name], AttrSource(self.source, name))
 
     def has_attribute(self, tx, name: str) -> bool:
         """hasattr(tensor, name): the tensor class's attributes, else the real input's own ones."""
-        from ..guards import Guard, GuardKind
-
         if inspect.getattr_static(torch.Tensor, name, None) is not None:
             return True
         if self.source is None:
@@ -155,9 +149,6 @@ def real_input(tx, tensor: TensorVariable) -> Optional[torch.Tensor]:
 def guard_storage_offsets(tx, tensor: TensorVariable) -> None:
     """The trace reads a storage offset, which tensor guards do not check: an input's own, or, for a
     tensor made in the graph (a view of some input, perhaps), every input's."""
-    from ..guards import Guard, GuardKind
-    from ..source import AttrSource, CallSource
-
     if tensor.source is not None:
         inputs = [(tensor.source, tensor.example)]
     else:

@@ -11,6 +11,7 @@ import torch
 import torch.fx
 
 from ..exc import unimplemented
+from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
 from ..source import CallSource, GetItemSource, ModuleGlobalsSource
 from .base import VariableTracker
@@ -97,9 +98,7 @@ def unconverted_wrapper(fn: Any) -> Any:
     if _RUN_UNCONVERTED.get(id(fn)) is not fn:
         return None
     if id(fn) not in _unconverted_wrappers:
-        from ..eval_frame import disable
-
-        _unconverted_wrappers[id(fn)] = disable(fn)
+        _unconverted_wrappers[id(fn)] = disabled(fn)
     return _unconverted_wrappers[id(fn)]
 
 
@@ -219,9 +218,7 @@ class TorchVariable(VariableTracker):
         return ConstantVariable(self.value(*values, **{k: v.as_python_constant() for k, v in kwargs.items()}))
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .builder import VariableBuilder
-
         value = getattr(self.value, name)
         if is_constant_value(value):
             return ConstantVariable(value)
-        return VariableBuilder(tx, None)(value)
+        return tx.wrap(value)

@@ -11,10 +11,13 @@ import types
 from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented
+from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
-from ..source import AttrSource, GetItemSource, Source
+from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .named_tuple import NamedTupleVariable
 
 
 # Methods of builtin types that only read: called on the real object while tracing, their
@@ -36,15 +39,12 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     """What `obj.name` gives when `name` is found on the class (methods, properties, descriptors).
     `cls_source` reaches `cls` for guards (by default: the class of `obj_vt`); `implicit`: a lookup
     that skips the instance's __dict__ (special methods, super())."""
-    from .builder import VariableBuilder
-    from .functions import UserFunctionVariable, UserMethodVariable
-
     static = inspect.getattr_static(cls, name)
     if cls_source is None:
         cls_source = _class_source(obj_vt)
     guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit)
     if isinstance(static, staticmethod):
-        return VariableBuilder(tx, guarded())(static.__func__)
+        return tx.wrap(static.__func__, guarded())
     if isinstance(static, classmethod):
         return UserMethodVariable(static.__func__, UserDefinedClassVariable(cls, cls_source), guarded())
     if isinstance(static, property):
@@ -68,7 +68,7 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         return BuiltinMethodVariable(obj_vt, owner, name)
     if hasattr(type(static), "__get__"):
         unimplemented(f"attribute '{name}' is a {type(static).__name__} descriptor")
-    return VariableBuilder(tx, attr_source)(static)
+    return tx.wrap(static, attr_source)
 
 
 def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
@@ -129,36 +129,26 @@ class UserDefinedClassVariable(VariableTracker):
         return self.cls
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .builder import VariableBuilder
-
         static = inspect.getattr_static(self.cls, name, None)
         if static is object.__setattr__ or static is object.__init__:
-            from .builtin import BuiltinVariable
-
-            return BuiltinVariable(static)
+            return tx.wrap(static)
         if isinstance(static, (staticmethod, classmethod)):
             return lookup_class_attribute(tx, self, self.cls, name, None)
         if isinstance(static, types.FunctionType):
-            return VariableBuilder(tx, self.source and AttrSource(self.source, name))(static)
+            return tx.wrap(static, self.source and AttrSource(self.source, name))
         if name in ("__name__", "__qualname__"):
-            from .constant import ConstantVariable
-
             return ConstantVariable(getattr(self.cls, name))
-        return VariableBuilder(tx, self.source and AttrSource(self.source, name))(getattr(self.cls, name))
+        return tx.wrap(getattr(self.cls, name), self.source and AttrSource(self.source, name))
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        from .lists import NamedTupleVariable
-
         if issubclass(self.cls, tuple) and hasattr(self.cls, "_fields") and hasattr(self.cls, "_make"):
-            from .builder import VariableBuilder
-
             values = list(args)
             defaults = getattr(self.cls, "_field_defaults", {})
             for name in self.cls._fields[len(values):]:
                 if name in kwargs:
                     values.append(kwargs[name])
                 elif name in defaults:
-                    values.append(VariableBuilder(tx, None)(defaults[name]))
+                    values.append(tx.wrap(defaults[name]))
                 else:
                     unimplemented(f"{self.cls.__name__}() missing field {name}")
             return NamedTupleVariable(values, self.cls)
@@ -180,8 +170,6 @@ class UserDefinedObjectVariable(VariableTracker):
         return f"{type(self.obj).__qualname__} object"
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        from .builder import VariableBuilder
-
         pending = tx.output.side_effects.pending_attr(self.obj, name)
         if pending is not None:
             return pending
@@ -190,16 +178,16 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(inspect.getattr_static(cls, "__getattribute__"), types.FunctionType):
             # e.g. configuration objects that map attribute aliases: read through the real object,
             # and the guard repeats the read
-            return VariableBuilder(tx, attr_source)(getattr(self.obj, name))
+            return tx.wrap(getattr(self.obj, name), attr_source)
         if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
-            return VariableBuilder(tx, None)(getattr(self.obj, name))
+            return tx.wrap(getattr(self.obj, name))
         instance_dict = getattr(self.obj, "__dict__", {})
         static = inspect.getattr_static(cls, name, None)
         is_data_descriptor = static is not None and hasattr(type(static), "__set__")
         if name in instance_dict and not is_data_descriptor:
-            return VariableBuilder(tx, attr_source)(instance_dict[name])
+            return tx.wrap(instance_dict[name], attr_source)
         if isinstance(static, (types.MemberDescriptorType, types.GetSetDescriptorType)):  # __slots__ and C fields
-            return VariableBuilder(tx, attr_source)(getattr(self.obj, name))
+            return tx.wrap(getattr(self.obj, name), attr_source)
         if static is not None or hasattr(cls, name):
             return lookup_class_attribute(tx, self, cls, name, attr_source)
         if hasattr(cls, "__getattr__"):
@@ -329,8 +317,6 @@ class ConstructedObjectVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         """A dataclass field holds what was passed for it (or its default)."""
-        from .builder import VariableBuilder
-
         fields = [f for f in dataclasses.fields(self.cls) if f.init] if dataclasses.is_dataclass(self.cls) else []
         for i, field in enumerate(fields):
             if field.name != name:
@@ -340,13 +326,11 @@ class ConstructedObjectVariable(VariableTracker):
             if i < len(self.args):
                 return self.args[i]
             if field.default is not dataclasses.MISSING:
-                return VariableBuilder(tx, None)(field.default)
+                return tx.wrap(field.default)
         return super().var_getattr(tx, name)
 
     def reconstruct(self, codegen) -> None:
-        from ..eval_frame import disable
-
-        codegen.load_function(disable(self.cls))  # its construction was not traced: not converted either
+        codegen.load_function(disabled(self.cls))  # its construction was not traced: not converted either
         for arg in self.args:
             codegen.reconstruct(arg)
         for value in self.kwargs.values():
@@ -381,10 +365,7 @@ class SuperVariable(VariableTracker):
             if name in vars(klass):
                 static = vars(klass)[name]
                 if static is object.__init__ or static is object.__setattr__:
-                    from .builtin import BuiltinVariable
-                    from .functions import PartialVariable
-
-                    return PartialVariable(BuiltinVariable(static), [self.obj], {})
+                    return PartialVariable(tx.wrap(static), [self.obj], {})
                 type_source = _class_source(self.obj)
                 klass_source = type_source and GetItemSource(AttrSource(type_source, "__mro__"), index)
                 return lookup_class_attribute(tx, self.obj, klass, name, None, klass_source, implicit=True)
@@ -412,9 +393,6 @@ class BuiltinMethodVariable(VariableTracker):
         codegen.load_attr(self.name)
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        from ..source import MethodCallSource
-        from .builder import VariableBuilder
-
         real = self.obj.real_object()
         if real is None or self.obj.source is None or kwargs or not all(a.is_python_constant() for a in args):
             unimplemented(f"calling {self.describe()}")
@@ -423,4 +401,4 @@ class BuiltinMethodVariable(VariableTracker):
         if self.name in ("keys", "values", "items"):
             result = list(result)
         source = MethodCallSource(self.obj.source, self.owner, self.name, values)
-        return VariableBuilder(tx, source)(result)
+        return tx.wrap(result, source)
