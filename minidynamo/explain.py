@@ -1,18 +1,20 @@
 """explain(fn)(*args): what compiling `fn` produced: graphs, graph breaks with user lines, guards,
-and for each converted frame its transformed code (decompiled) and guard check function."""
+and for each converted frame its transformed code (decompiled) and guard check function; the
+same reports written to the per-frame log channels."""
 from __future__ import annotations
 
 import dis
 import functools
 import io
+import logging
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set
 
 import torch
 
-from . import _C, convert_frame, eval_frame
+from . import _C, convert_frame, eval_frame, logs
 from .exc import UserFrame
 from .guards import Guard
 
@@ -218,3 +220,54 @@ def explain(fn: Callable) -> Callable[..., ExplainOutput]:
         return ExplainOutput.from_frames(frames)
 
     return inner
+
+
+# ---- the per-frame log channels (see logs.py) ----
+
+
+def _kernel_sources(code) -> Iterable[str]:
+    """Generated kernel source of the compiled graphs a transformed code calls, where the backend
+    keeps it (the cpp and triton backends' compiled graphs have a `source`)."""
+    for const in code.co_consts:
+        source = getattr(getattr(const, "__wrapped__", None), "source", None)
+        if isinstance(source, str):
+            yield source
+
+
+def log_frame(record: convert_frame.FrameRecord) -> None:
+    """Write one converted frame to the channels that are on."""
+    name = f"{record.code.co_name} ({record.code.co_filename}:{record.code.co_firstlineno})"
+    graph, guards, breaks = logs.channel("graph"), logs.channel("guards"), logs.channel("breaks")
+    if graph.isEnabledFor(logging.DEBUG):
+        for i, gm in enumerate(record.graphs):
+            graph.debug("graph %d of %s:\n%s", i, name, gm.code.strip())
+    if guards.isEnabledFor(logging.DEBUG) and record.check is not None:
+        guards.debug("guards of %s:\n%s\n%s", name, "\n".join(f"  {g}" for g in record.check.guards),
+                     record.check.source_code.rstrip())
+    if breaks.isEnabledFor(logging.DEBUG):
+        for reason in ExplainOutput.from_frames([record]).break_reasons:
+            breaks.debug("graph break in %s: %s", name, reason)
+    if record.transformed_code is None:
+        return
+    bytecode = logs.channel("bytecode")
+    if bytecode.isEnabledFor(logging.DEBUG):
+        bytecode.debug("original bytecode of %s:\n%s\ntransformed bytecode:\n%s", name,
+                       dis.Bytecode(record.code).dis(), dis.Bytecode(record.transformed_code).dis())
+    output_code = logs.channel("output_code")
+    if output_code.isEnabledFor(logging.DEBUG):
+        report = ExplainOutput.from_frames([record]).frame_reports[0]
+        output_code.debug("transformed code of %s:\n%s", name, report.transformed.source)
+        for source in _kernel_sources(record.transformed_code):
+            output_code.debug("kernel source for %s:\n%s", name, source)
+
+
+def _follow_frame_channels(enabled: Set[str]) -> None:
+    """Keep `log_frame` a compile listener exactly while a per-frame channel is on."""
+    listening = log_frame in convert_frame.compile_listeners
+    if enabled & set(logs.FRAME_CHANNELS) and not listening:
+        convert_frame.compile_listeners.append(log_frame)
+    elif not enabled & set(logs.FRAME_CHANNELS) and listening:
+        convert_frame.compile_listeners.remove(log_frame)
+
+
+logs.watch(_follow_frame_channels)

@@ -2,16 +2,24 @@
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from . import pyversion
 from .bytecode_transformation import Element, Instr, closure_var
 
-if TYPE_CHECKING:
-    from .variables.base import VariableTracker
-
-
 _NO_ARG = object()
+
+
+class Reconstructible(Protocol):
+    """What PyCodegen rebuilds (the translator's trackers): a value that emits the code pushing it.
+    One with `has_identity` and no `source` is built once and reused; one whose `node` the graph
+    computed is read from the graph's outputs."""
+
+    source: Any
+    has_identity: bool
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        ...
 
 
 class PyCodegen:
@@ -22,9 +30,9 @@ class PyCodegen:
         self.graph_outputs: Dict[Any, int] = {}
         self.graph_output_var: Optional[str] = None
         # objects with identity built so far: id(tracker) -> (local holding it, tracker)
-        self.built: Dict[int, Tuple[str, "VariableTracker"]] = {}
+        self.built: Dict[int, Tuple[str, Reconstructible]] = {}
         # values read from their sources ahead of the side effects: id(tracker) -> (local, tracker)
-        self.read_early: Dict[int, Tuple[str, "VariableTracker"]] = {}
+        self.read_early: Dict[int, Tuple[str, Reconstructible]] = {}
 
     def append(self, opname: str, arg: Any = _NO_ARG) -> None:
         self.instructions.append(Instr(opname) if arg is _NO_ARG else Instr(opname, arg))
@@ -62,7 +70,7 @@ class PyCodegen:
         """Call what lies below `nargs` arguments, the last `len(kw_names)` of them by keyword."""
         self.instructions.extend(pyversion.call(nargs, kw_names))
 
-    def read_now(self, value: "VariableTracker") -> None:
+    def read_now(self, value: Reconstructible) -> None:
         """Read `value` into a local now; later reconstructions load that local."""
         if id(value) not in self.read_early:
             self.reconstruct(value)
@@ -70,7 +78,7 @@ class PyCodegen:
             self.append("STORE_FAST", name)
             self.read_early[id(value)] = (name, value)
 
-    def reconstruct(self, value: "VariableTracker") -> None:
+    def reconstruct(self, value: Reconstructible) -> None:
         if id(value) in self.read_early:
             self.append("LOAD_FAST", self.read_early[id(value)][0])
             return

@@ -13,6 +13,7 @@ import minidynamo
 from minidynamo import convert_frame, logs
 from minidynamo.__main__ import main as cli_main
 from minidynamo.exc import Unsupported
+from minidynamo.explain import log_frame
 from minidynamo.testing import CompileCounter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -173,7 +174,7 @@ def test_module_training_loop_matches_eager_step_by_step():
 # logging
 # ---------------------------------------------------------------------------------------------
 def test_logs_off_by_default_and_cost_nothing(capsys):
-    assert logs.log_frame not in convert_frame.compile_listeners
+    assert log_frame not in convert_frame.compile_listeners
     assert not logging.getLogger("minidynamo.graph").isEnabledFor(logging.DEBUG)
     minidynamo.compile(branchy)(torch.ones(3))
     assert "[minidynamo" not in capsys.readouterr().err
@@ -181,7 +182,7 @@ def test_logs_off_by_default_and_cost_nothing(capsys):
 
 def test_set_logs_channels(capsys):
     minidynamo.set_logs("graph,guards,breaks,bytecode,output_code")
-    assert logs.log_frame in convert_frame.compile_listeners
+    assert log_frame in convert_frame.compile_listeners
     minidynamo.compile(branchy)(torch.ones(3))
     err = capsys.readouterr().err
     for channel in ("graph", "guards", "breaks", "bytecode", "output_code"):
@@ -196,7 +197,7 @@ def test_set_logs_channels(capsys):
     assert "[minidynamo.graph]" in err and "[minidynamo.guards]" not in err
 
     minidynamo.set_logs()
-    assert logs.log_frame not in convert_frame.compile_listeners
+    assert log_frame not in convert_frame.compile_listeners
     assert logs._handler not in logging.getLogger("minidynamo").handlers
 
 

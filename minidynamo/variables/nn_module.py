@@ -3,7 +3,7 @@ lookup relied on; parameters and buffers become graph attributes; forward is inl
 from __future__ import annotations
 
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch.nn.modules import module as module_impl
