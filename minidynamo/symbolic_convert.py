@@ -160,20 +160,6 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             unimplemented(f"** with {kwargs.describe()}")
         return self.call_function(fn, [*leading, *args.unpack_var_sequence(self)], dict(kwargs.items))
 
-    # ---- what trackers ask of the translator they are handed (variables/ imports nothing above it) ----
-
-    def call_operator(self, fn: Callable, *args: VariableTracker) -> VariableTracker:
-        """`fn(*args)` for a builtin or `operator` function, as the bytecode's operators run it."""
-        return BuiltinVariable(fn).call_function(self, list(args), {})
-
-    def wrap(self, value: Any, source: Optional[Source] = None) -> VariableTracker:
-        """The tracker of a real value reached at `source` (None: no source), with the guards it needs."""
-        return VariableBuilder(self, source)(value)
-
-    def wrap_constant(self, value: Any) -> VariableTracker:
-        """The tracker of a value computed from constants while tracing."""
-        return wrap_constant_result(value)
-
     def push_null(self) -> None:
         self.push(NullVariable())
 
@@ -188,6 +174,20 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
     @staticmethod
     def build_tuple(items: List[VariableTracker]) -> VariableTracker:
         return TupleVariable(items)
+
+    # ---- what trackers ask of the translator they are handed (variables/ imports nothing above it) ----
+
+    def call_operator(self, fn: Callable, *args: VariableTracker) -> VariableTracker:
+        """`fn(*args)` for a builtin or `operator` function, as the bytecode's operators run it."""
+        return BuiltinVariable(fn).call_function(self, list(args), {})
+
+    def wrap(self, value: Any, source: Optional[Source] = None) -> VariableTracker:
+        """The tracker of a real value reached at `source` (None: no source), with the guards it needs."""
+        return VariableBuilder(self, source)(value)
+
+    def wrap_constant(self, value: Any) -> VariableTracker:
+        """The tracker of a value computed from constants while tracing."""
+        return wrap_constant_result(value)
 
     # ---- locals, globals, closures ----
 

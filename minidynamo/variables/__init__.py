@@ -1,6 +1,6 @@
 """The translator's symbolic values. Each module imports only modules listed above it here; a
 tracker that needs something higher (wrapping a new real value, calling a builtin) asks the
-translator it is handed (`tx.wrap`, `tx.wrap_constant`, `tx.apply_operator`)."""
+translator it is handed (`tx.wrap`, `tx.wrap_constant`, `tx.call_operator`)."""
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable

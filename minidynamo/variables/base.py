@@ -12,7 +12,11 @@ if TYPE_CHECKING:
 
 
 class VariableTracker:
-    """Base class. `source`, when set, says how generated code and guards reach the real value."""
+    """Base class. `source`, when set, says how generated code and guards reach the real value.
+
+    Methods take `tx`, the translator running them: trackers reach the graph through `tx.output`,
+    and make the tracker of a new real value with `tx.wrap` / `tx.wrap_constant`, so that no module
+    of variables/ imports one above it."""
 
     def __init__(self, source: Optional[Source] = None) -> None:
         self.source = source

@@ -141,7 +141,7 @@ class DictViewVariable(VariableTracker):
         if name == "__len__" and not args:
             return ConstantVariable(len(self.mapping.items))
         if name == "__contains__" and len(args) == 1:
-            return tx.apply_operator(operator.contains, [TupleVariable(self.current()), args[0]])
+            return tx.call_operator(operator.contains, TupleVariable(self.current()), args[0])
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> None:

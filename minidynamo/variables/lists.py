@@ -88,7 +88,7 @@ class ListVariable(BaseListVariable):
         if name == "remove" and len(args) == 1:
             self._check_mutable(tx)
             for i, item in enumerate(self.items):
-                if tx.apply_operator(operator.eq, [item, args[0]]).truthy(tx):
+                if tx.call_operator(operator.eq, item, args[0]).truthy(tx):
                     del self.items[i]
                     return ConstantVariable(None)
             unimplemented("list.remove of a missing element")
