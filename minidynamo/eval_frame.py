@@ -7,7 +7,6 @@ Setting the callback to `False` runs cached code without compiling anything new.
 from __future__ import annotations
 
 import gc
-import types
 from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
