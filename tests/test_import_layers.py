@@ -169,6 +169,17 @@ def test_no_import_circle_inside_variables(graph):
     assert not circles(inside), f"import circles inside variables/: {circles(inside)}"
 
 
+def test_variables_modules_import_only_those_listed_before_them(graph):
+    """variables/__init__.py lists its modules lowest first; each imports only modules listed above it."""
+    init = ast.parse((PACKAGE / "variables" / "__init__.py").read_text())
+    order = [f"minidynamo.variables.{node.module}" for node in init.body
+             if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module]
+    assert sorted(order) == sorted(m for m in graph if m.startswith("minidynamo.variables.")), order
+    upward = [f"{module} imports {target}" for i, module in enumerate(order) for target in sorted(graph[module])
+              if target in order and order.index(target) > i]
+    assert not upward, "variables/ modules importing one listed after them in variables/__init__.py:\n" + "\n".join(upward)
+
+
 def test_imports_point_down(graph):
     upward = [f"{module} imports {target}" for module, targets in sorted(graph.items()) for target in sorted(targets)
               if layer_of(target) < layer_of(module)]
