@@ -39,6 +39,10 @@ def decompositions() -> Dict:
 
 def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
     """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples)."""
+    if any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda")):
+        # make_fx runs autocast's cast of a module tensor (a stand-in, see _with_stand_ins) eagerly
+        # and keeps the result as a constant: the kernels would read the stand-in's garbage
+        raise CannotCompile("autocast is enabled")
     with unset_fake_temporarily():
         inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
                   for t in example_inputs]
