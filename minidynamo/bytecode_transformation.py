@@ -6,10 +6,11 @@ form into a list the translator can index, and build code objects shaped like an
 """
 from __future__ import annotations
 
+import functools
 import types
 import weakref
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import bytecode
 from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, SetLineno, TryBegin, TryEnd
@@ -35,15 +36,33 @@ class Instructions:
         return self.label_index[id(instr.arg)]
 
 
-_read_cache: "weakref.WeakKeyDictionary[types.CodeType, Instructions]" = weakref.WeakKeyDictionary()
+class CodeCache:
+    """Values kept per code object, by identity: equal code objects of two files (3.11's code
+    equality ignores the file name) get one each. An entry goes when its code object dies."""
+
+    def __init__(self) -> None:
+        self._entries: Dict[int, Tuple["weakref.ref[types.CodeType]", Any]] = {}
+
+    def get(self, code: types.CodeType, make: Callable[[], Any]) -> Any:
+        entry = self._entries.get(id(code))
+        if entry is not None and entry[0]() is code:
+            return entry[1]
+        value = make()
+        self._entries[id(code)] = (weakref.ref(code, functools.partial(self._forget, id(code))), value)
+        return value
+
+    def _forget(self, key: int, ref: "weakref.ref[types.CodeType]") -> None:
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is ref:
+            del self._entries[key]
+
+
+_read_cache = CodeCache()
 
 
 def read_instructions(code: types.CodeType) -> Instructions:
     """The instructions of `code`, cached: translators only read them."""
-    instructions = _read_cache.get(code)
-    if instructions is None:
-        instructions = _read_cache[code] = _read(code)
-    return instructions
+    return _read_cache.get(code, lambda: _read(code))
 
 
 def _read(code: types.CodeType) -> Instructions:

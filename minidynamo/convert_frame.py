@@ -19,6 +19,7 @@ from .frame_hook import GuardedCode
 from .global_state import GlobalState, resume_saved_tensors_hooks, suspend_saved_tensors_hooks
 from .guard_set import build_check_function
 from .guards import CheckFunction
+from .frame_codegen import transformed_code
 from .output_graph import OutputGraph
 from .skip_policy import frame_skip_reason
 from .symbolic_convert import InstructionTranslator
@@ -148,23 +149,25 @@ class ConvertFrame:
             return None
 
     def convert(self, frame: Any, record: FrameRecord) -> GuardedCode:
-        """Trace the frame; if something unsupported stops it, trace again up to that point and
-        break the graph there (unless nopython)."""
+        """Trace the frame (if something unsupported stops it, trace again up to that point and
+        break the graph there, unless nopython), compile the graph, emit the transformed code."""
         try:
             output, tracer = self.trace(frame, None)
         except Unsupported as e:
             if self.nopython or e.break_index is None:
                 raise
             output, tracer = self.trace(frame, (e.break_index, e))
-        record.break_reasons = list(output.break_reasons)
-        if tracer.generated_code is None:
+        if tracer.ending is None:
             raise Unsupported("the frame ended without returning")
+        graph_fn = output.compile()
+        code = transformed_code(output, tracer.ending, graph_fn)
+        record.break_reasons = list(output.break_reasons)
         record.graphs = [c.graph_module for c in output.compiled]
         record.compile_times = [c.compile_seconds for c in output.compiled]
-        record.transformed_code = tracer.generated_code
+        record.transformed_code = code
         record.check = build_check_function(frame.f_code, list(output.guards.values()), frame.f_locals,
                                             frame.f_globals, output.namespaces)
-        return GuardedCode(tracer.generated_code, record.check.fn)
+        return GuardedCode(record.transformed_code, record.check.fn)
 
     def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:
         frame_state = self.frame_states.setdefault(frame.f_code, {})

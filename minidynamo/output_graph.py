@@ -13,7 +13,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import _C, pyversion
+from . import _C
 from .dynamic_shapes import (
     ShapeEnvSource,
     SizeSource,
@@ -28,8 +28,6 @@ from .dynamic_shapes import (
     symbolic_context,
 )
 from .backends.registry import backend_name
-from .bytecode_transformation import assemble
-from .pycodegen import PyCodegen
 from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
 from .guards import Guard, GuardKind, capture_global_state
@@ -93,6 +91,8 @@ class OutputGraph:
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
+        self.outputs: List[Union[TensorVariable, SymNodeVariable]] = []  # set by finish()
+        self.graph_module: Optional[torch.fx.GraphModule] = None  # the finished graph, if the frame has one
         self.draws_random = False  # whether the graph has an op drawing random numbers
         # tensors the graph reads that it may change in place: (fake, its version when made, where
         # the real one is: a graph argument's index, or the module tensor itself)
@@ -276,27 +276,19 @@ class OutputGraph:
     def has_ops(self) -> bool:
         return any(n.op in _CALL_OPS for n in self.graph.nodes)
 
-    def compile_and_return(self, tx, value: VariableTracker) -> types.CodeType:
-        """Generated code: call the compiled graph, then build `value` from its outputs and return it."""
-        codegen = self.codegen_graph_and_side_effects([value])
-        codegen.reconstruct(value)
-        codegen.append("RETURN_VALUE")
-        return assemble(pyversion.frame_prologue(self.code) + codegen.instructions, like=self.code)
-
-    def codegen_graph_and_side_effects(self, live_values: List[VariableTracker]) -> PyCodegen:
-        """Code that runs the compiled graph (keeping the outputs `live_values` need) and then
-        replays the recorded side effects."""
+    def finish(self, live_values: List[VariableTracker]) -> None:
+        """End of tracing: the graph's outputs are the tensors and sizes `live_values` and the side
+        effects need; the guards about sizes and container identity are settled."""
         self.finalize_shape_guards()
         self.guard_mutated_containers_distinct()
-        codegen = PyCodegen(self.code)
-        outputs = _graph_outputs([*live_values, *self.side_effects.values()])
-        self._remove_unused_size_ops({v.node for v in outputs})
-        if outputs or self.has_ops():
-            self.call_compiled_graph(codegen, outputs)
-        if self.side_effects:
-            _read_sources_first(codegen, [*live_values, *self.side_effects.values()])
-        self.side_effects.codegen(codegen)
-        return codegen
+        self.outputs = _graph_outputs([*live_values, *self.side_effects.values()])
+        self._remove_unused_size_ops({v.node for v in self.outputs})
+        if self.outputs or self.has_ops():
+            self.graph.output(tuple(t.node for t in self.outputs))
+            self.graph_module = torch.fx.GraphModule(self.root, self.graph, class_name="GraphModule")
+
+    def graph_output_index(self) -> Dict[torch.fx.Node, int]:
+        return {t.node: i for i, t in enumerate(self.outputs)}
 
     def _rerunnable(self, compiled: Callable) -> Callable:
         """What generated code calls to run the graph. The graph runs first in the generated code: if
@@ -326,47 +318,25 @@ class OutputGraph:
             if node.meta.get("symbolic") and not node.users and node not in outputs:
                 self.graph.erase_node(node)
 
-    def call_compiled_graph(self, codegen: PyCodegen, outputs: List[Union[TensorVariable, SymNodeVariable]]) -> None:
-        self.graph.output(tuple(t.node for t in outputs))
-        graph_module = torch.fx.GraphModule(self.root, self.graph, class_name="GraphModule")
+    def compile(self) -> Optional[Callable]:
+        """The finished graph compiled by the backend (timed, recorded in `compiled`), wrapped as
+        generated code calls it; None when the frame has no graph."""
+        if self.graph_module is None:
+            return None
         start = time.perf_counter()
         name = backend_name(self.compiler_fn)
         try:
-            compiled = self.compiler_fn(graph_module, [arg.example for arg in self.graphargs])
+            compiled = self.compiler_fn(self.graph_module, [arg.example for arg in self.graphargs])
         except Exception as e:
             raise BackendCompilerFailed(name, e) from e
         if not callable(compiled):
             message = (f"backend {name!r} returned {type(compiled).__name__}, not a callable: a backend "
                        f"must return a function that runs the graph (e.g. gm.forward)")
             raise BackendCompilerFailed(name, TypeError(message), message)
-        self.compiled.append(CompiledGraph(graph_module, time.perf_counter() - start))
+        self.compiled.append(CompiledGraph(self.graph_module, time.perf_counter() - start))
         if any(n.target is torch._C._set_grad_enabled for n in self.graph.nodes):
             compiled = _restoring_grad_mode(compiled)
-        codegen.load_function(self._rerunnable(compiled))
-        for arg in self.graphargs:
-            arg.source.reconstruct(codegen)
-        codegen.call(len(self.graphargs))
-        codegen.graph_output_var = "___graph_out"
-        codegen.append("STORE_FAST", codegen.graph_output_var)
-        codegen.graph_outputs = {t.node: i for i, t in enumerate(outputs)}
-
-
-def _read_sources_first(codegen: PyCodegen, values: List[VariableTracker]) -> None:
-    """Read every value below `values` that generated code takes from a source (a global, an
-    attribute, a cell, a local) before the side effects write those places: `old = G; G = new;
-    return old` returns what the frame read, as in eager."""
-    seen: Set[int] = set()
-    stack = list(values)
-    while stack:
-        value = stack.pop()
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        if value.source is not None:
-            if not isinstance(value, ConstantVariable):
-                codegen.read_now(value)
-        else:
-            stack.extend(value.subvalues())
+        return self._rerunnable(compiled)
 
 
 def _rerun_if_unchanged(compiled: Callable, homes: List[Union[int, torch.Tensor]], draws_random: bool) -> Callable:

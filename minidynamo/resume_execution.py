@@ -9,15 +9,14 @@ from __future__ import annotations
 import inspect
 import re
 import types
-import weakref
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
 from . import pyversion
-from .bytecode_transformation import CellVar, FreeVar, Instr, Instructions, Label, assemble
+from .bytecode_transformation import CellVar, CodeCache, FreeVar, Instr, Instructions, Label, assemble
 from .exc import unimplemented
 
-_cache: "weakref.WeakKeyDictionary[types.CodeType, Dict[ResumeSpec, types.CodeType]]" = weakref.WeakKeyDictionary()
+_cache = CodeCache()  # code -> {ResumeSpec: resume code}
 
 
 def stack_prefix(code: types.CodeType) -> str:
@@ -41,7 +40,7 @@ class ResumeSpec:
 
 
 def resume_code(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
-    per_code = _cache.setdefault(instructions.code, {})
+    per_code: Dict[ResumeSpec, types.CodeType] = _cache.get(instructions.code, dict)
     if spec not in per_code:
         try:
             per_code[spec] = _build(instructions, spec)

@@ -1,8 +1,8 @@
 """The bytecode translator: symbolic execution of bytecode over VariableTrackers.
 
 One handler per opcode, named after it; the handlers of opcodes particular to this CPython version
-come from `pyversion.VersionHandlers`. `InstructionTranslator` runs a whole frame and, at
-RETURN_VALUE, asks the output graph for the generated code; `InliningInstructionTranslator`
+come from `pyversion.VersionHandlers`. `InstructionTranslator` runs a whole frame and records how it
+ends (a return, or a graph break: frame_codegen turns that into code); `InliningInstructionTranslator`
 runs a called user function inside its caller's graph.
 """
 from __future__ import annotations
@@ -17,11 +17,10 @@ import torch
 
 from . import pyversion
 from .bytecode_analysis import in_loop, live_locals, reads_own_frame
-from .bytecode_transformation import Instr, Instructions, Label, TryBegin, TryEnd, assemble, read_instructions
+from .bytecode_transformation import Instr, Instructions, read_instructions
 from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
+from .frame_codegen import BreakEnding, FrameEnding, ReturnEnding
 from .output_graph import OutputGraph
-from .resume_execution import ResumeSpec, resume_code, stack_prefix
-from .skip_policy import never_convert
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
 from .variables import (
     BaseUserFunctionVariable,
@@ -513,7 +512,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         code = frame.f_code
         super().__init__(code, frame.f_globals, frame.f_builtins, {}, {}, output, None)
         self.f_locals: Dict[str, Any] = dict(frame.f_locals)
-        self.generated_code: Optional[types.CodeType] = None
+        self.ending: Optional[FrameEnding] = None  # how the trace ended: a return, or a graph break
         self.break_at = break_at
         self.current_break_index = -1
         closure = getattr(getattr(frame, "f_func", None), "__closure__", None) or ()
@@ -556,8 +555,12 @@ class InstructionTranslator(InstructionTranslatorBase):
         super().STORE_FAST(inst)
 
     def RETURN_VALUE(self, inst: Instr) -> bool:
-        self.generated_code = self.output.compile_and_return(self, self.pop())
+        self.end(ReturnEnding(self.pop()))
         return True
+
+    def end(self, ending: FrameEnding) -> None:
+        self.ending = ending
+        self.output.finish(ending.live_values())
 
     # ---- graph breaks ----
 
@@ -568,12 +571,12 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.break_at = None
         self.current_break_index = index
         self.output.break_reasons.append(reason)
-        self.generated_code = self.compile_break(index)
+        self.end(self.break_ending(index))
         return True
 
     def in_grad_mode_block(self, index: int) -> bool:
         """Whether the only handler around `index` is the cleanup of one grad-mode `with` block,
-        which generated code can stand in for (see codegen_resume_calls)."""
+        which generated code can stand in for (see frame_codegen)."""
         instrs, handlers = self.instructions.instrs, self.instructions.handlers
         handler = handlers[index]
         exits = [v for v in self.stack if isinstance(v, WithExitVariable)]
@@ -584,88 +587,30 @@ class InstructionTranslator(InstructionTranslatorBase):
         cleanup = handlers[handler]
         return cleanup is not None and handlers[cleanup] is None
 
-    def compile_break(self, index: int) -> types.CodeType:
+    def break_ending(self, index: int) -> BreakEnding:
+        """What generated code needs at a break before instruction `index`: the instruction runs there
+        on its inputs and resume functions continue after it, or one resume function continues
+        eagerly from the instruction itself (inside a loop or a try block)."""
         inst = self.instructions.instrs[index]
         stack = list(self.stack)
         npop = pyversion.break_pops(inst)
         runs_here = (npop is not None and not in_loop(self.instructions, index)
                      and (self.instructions.handlers[index] is None or self.in_grad_mode_block(index)))
-        if not runs_here:  # continue eagerly from the instruction itself, inside the original code
+        if not runs_here:
             start = pyversion.call_start(self.instructions.instrs, index)
-            return self.codegen_resume_calls(stack, [], None, [(start, True)])
+            return self.break_ending_at(stack, [], None, [(start, True)])
         kept, inputs = stack[: len(stack) - npop], stack[len(stack) - npop :]
         if pyversion.is_conditional_jump(inst):
-            targets = [(index + 1, False), (self.instructions.jump_target(inst), False)]
-            return self.codegen_resume_calls(kept, inputs, inst, targets)
-        return self.codegen_resume_calls(kept, inputs, inst, [(index + 1, False)])
+            return self.break_ending_at(kept, inputs, inst, [(index + 1, False), (self.instructions.jump_target(inst), False)])
+        return self.break_ending_at(kept, inputs, inst, [(index + 1, False)])
 
-    def codegen_resume_calls(self, kept: List[VariableTracker], inputs: List[VariableTracker],
-                             inst: Optional[Instr], targets: List[Tuple[int, bool]]) -> types.CodeType:
-        """Generated code for a break: graph, side effects, `inst` on `inputs` (if any), then a
-        call of the resume function at each target (two for a conditional jump)."""
-
+    def break_ending_at(self, kept: List[VariableTracker], inputs: List[VariableTracker], inst: Optional[Instr],
+                        targets: List[Tuple[int, bool]]) -> BreakEnding:
         live = live_locals(self.instructions)
         self.store_frame_cells()
-        local_names = {t: self.passed_locals(live[t]) for t, _ in targets}
-        local_values = [v for names in local_names.values() for _, v in names if v is not None]
-        codegen = self.output.codegen_graph_and_side_effects([*kept, *inputs, *local_values])
-        if torch.is_grad_enabled() != self.output.initial_grad_mode:
-            codegen.load_function(torch._C._set_grad_enabled)
-            codegen.load_const(torch.is_grad_enabled())
-            codegen.call(1)
-            codegen.append("POP_TOP")
-        prefix = stack_prefix(self.code)
-        nulls = [isinstance(v, NullVariable) for v in kept]
-        for i, value in enumerate(kept):
-            if not nulls[i]:
-                codegen.reconstruct(value)
-                codegen.append("STORE_FAST", f"{prefix}{i}")
-        # the instruction's inputs and the locals' values are all read before any local slot is
-        # written: a value's source may be a slot that another local's value replaces
-        for j, value in enumerate(inputs if inst is not None else []):
-            if not isinstance(value, NullVariable):
-                codegen.reconstruct(value)
-                codegen.append("STORE_FAST", f"{prefix}in{j}")
-        # the locals' current values go back to their slots before any branch, so that objects
-        # built here exist on both paths of a conditional jump
-        stores = {n: v for names in local_names.values() for n, v in names if v is not None}
-        for value in stores.values():
-            codegen.reconstruct(value)
-        for name in reversed(list(stores)):
-            codegen.append("STORE_FAST", name)
-        local_names = {t: [(n, None) for n, _ in names] for t, names in local_names.items()}
-        n_results = 0
-        restore = self.grad_mode_restore(inst)
-        if restore is not None:  # the instruction raising leaves its with block: restore the mode
-            try_begin = TryBegin(Label(), push_lasti=False)
-            codegen.instructions.append(try_begin)
-        if inst is not None:
-            for j, value in enumerate(inputs):
-                if isinstance(value, NullVariable):
-                    codegen.push_null()
-                else:
-                    codegen.append("LOAD_FAST", f"{prefix}in{j}")
-            n_results = self.codegen_instruction(codegen, inst, len(inputs))
-        branch_label = Label() if len(targets) == 2 else None
-        if branch_label is not None:
-            codegen.instructions.append(pyversion.forward_jump(inst, branch_label))
-        if restore is not None:
-            codegen.instructions.append(TryEnd(try_begin))
-        for r in reversed(range(n_results)):
-            codegen.append("STORE_FAST", f"{prefix}{len(kept) + r}")
-        for k, (target, eager) in enumerate(targets):
-            if k == 1:
-                codegen.instructions.append(branch_label)
-            spec_nulls = tuple(nulls + [False] * n_results)
-            self.codegen_call_resume(codegen, target, spec_nulls, local_names[target], eager, prefix)
-        if restore is not None:
-            codegen.instructions.append(try_begin.target)
-            codegen.load_function(torch._C._set_grad_enabled)
-            codegen.load_const(restore)
-            codegen.call(1)
-            codegen.append("POP_TOP")
-            codegen.append("RERAISE", 0)
-        return assemble(pyversion.frame_prologue(self.code) + codegen.instructions, like=self.code)
+        passed = {t: self.passed_locals(live[t]) for t, _ in targets}
+        return BreakEnding(self.instructions, self.f_globals, kept, inputs, inst, targets, passed,
+                           torch.is_grad_enabled(), self.grad_mode_restore(inst), self.kw_names)
 
     def grad_mode_restore(self, inst: Optional[Instr]) -> Optional[bool]:
         """The grad mode to restore if `inst`, run inside a grad-mode block, raises."""
@@ -673,11 +618,6 @@ class InstructionTranslator(InstructionTranslatorBase):
             return None
         exits = [v for v in self.stack if isinstance(v, WithExitVariable)]
         return exits[0].context.previous
-
-    def codegen_instruction(self, codegen, inst: Instr, n_inputs: int) -> int:
-        """Emit the instruction that could not be traced; returns how many values it leaves."""
-        codegen.instructions.extend(pyversion.replay(inst, self.kw_names))
-        return pyversion.values_left(inst, n_inputs)
 
     def store_frame_cells(self) -> None:
         """The frame's own cells are handed to the resume function: what the trace wrote to them
@@ -701,31 +641,6 @@ class InstructionTranslator(InstructionTranslatorBase):
             elif name in live and name in self.f_locals:
                 passed.append((name, None))
         return passed
-
-    def codegen_call_resume(self, codegen, target: int, nulls: Tuple[bool, ...],
-                            passed: List[Tuple[str, Optional[VariableTracker]]], eager: bool, prefix: str) -> None:
-        spec = ResumeSpec(target, nulls, tuple(name for name, _ in passed), prefix)
-        code = resume_code(self.instructions, spec)
-        if eager:
-            never_convert(code)
-        codegen.push_null()
-        if code.co_freevars:
-            for name in code.co_freevars:
-                codegen.load_closure(name)
-            codegen.append("BUILD_TUPLE", len(code.co_freevars))
-            codegen.load_const(code)
-            codegen.append("MAKE_FUNCTION", 0x08)
-        else:
-            codegen.load_const(types.FunctionType(code, self.f_globals))
-        for name, value in passed:
-            if value is None:
-                codegen.load_local(name)
-            else:
-                codegen.reconstruct(value)
-        for name in spec.stack_argnames():
-            codegen.append("LOAD_FAST", name)
-        codegen.call(len(spec.stack_argnames()) + len(passed))
-        codegen.append("RETURN_VALUE")
 
 
 class InliningInstructionTranslator(InstructionTranslatorBase):

@@ -123,3 +123,26 @@ def test_liveness_and_loops():
     assert "c" not in live[first_store_c] and "c" in live[first_store_c + 1]
     loop_body = next(i for i, ins in enumerate(instructions.instrs) if ins.name == "STORE_FAST" and ins.arg == "i")
     assert in_loop(instructions, loop_body) and not in_loop(instructions, first_store_c)
+
+
+def test_equal_code_of_two_files_keeps_its_own_file():
+    """3.11's code equality ignores co_filename: caches keyed by equality gave the second file's
+    function the first file's instructions and resume functions (tracebacks named the other file)."""
+    import traceback
+
+    import torch
+
+    import minidynamo
+
+    src = "def f(x):\n    y = x + 1\n    print('break')\n    raise ValueError(y)\n"
+    spaces = []
+    for name in ("/tmp/minidynamo_user_a.py", "/tmp/minidynamo_user_b.py"):
+        namespace = {}
+        exec(compile(src, name, "exec"), namespace)
+        spaces.append((name, namespace["f"]))
+    for name, fn in spaces:
+        try:
+            minidynamo.optimize("eager")(fn)(torch.ones(1))
+        except ValueError as e:
+            files = {frame.filename for frame in traceback.extract_tb(e.__traceback__)}
+            assert name in files and not any(f.startswith("/tmp/minidynamo_user") and f != name for f in files)
