@@ -14,7 +14,7 @@ struct _PyInterpreterFrame;
 /* ---- cache.c: per-code cache entries stored in co_extra ---- */
 
 typedef struct CacheEntry {
-    PyObject *check_fn;       /* called with the frame's locals dict */
+    PyObject *check_fn;       /* a GuardSet checked on the frame's slots, or a callable taking the locals dict */
     PyObject *code;           /* transformed code, parameters flattened to positional */
     PyObject *func;           /* function for `code` built for the last caller, or NULL */
     PyObject *owner;          /* the callback that compiled it: only that callback's frames use it */

@@ -28,9 +28,9 @@ LAYERS: List[List[str]] = [
     ["minidynamo.convert_frame"],
     # the bytecode translator
     ["minidynamo.symbolic_convert"],
-    # the graph under construction and the side effects replayed after it; they make the trackers
-    # of graph inputs and results
-    ["minidynamo.output_graph", "minidynamo.side_effects"],
+    # the graph under construction, the side effects replayed after it and the transformed code
+    # emitted around it; they make the trackers of graph inputs and results
+    ["minidynamo.output_graph", "minidynamo.side_effects", "minidynamo.frame_codegen"],
     # the trackers (symbolic values); they reach the graph only through the translator they are handed
     ["minidynamo.variables"],
     ["minidynamo.backends"],
