@@ -20,6 +20,14 @@ _FUNCTORCH_EXIT = {
     _functorch.TransformType.Functionalize: _functorch._func_decrement_nesting,
 }
 _MODE_FIELDS = ("torch_function_modes", "dispatch_modes", "infra_modes")
+_LABELS = {  # each field as reports name it (autocast is named per device)
+    "grad_enabled": "grad mode", "inference_mode": "inference mode", "autocast_cache_enabled": "autocast cache",
+    "autocast_nesting": "autocast nesting", "default_dtype": "default dtype",
+    "deterministic": "deterministic algorithms", "anomaly": "anomaly mode",
+    "torch_function_state": "torch function state", "torch_function_modes": "torch function modes",
+    "dispatch_modes": "dispatch modes (fake mode, ...)", "infra_modes": "fake, proxy and functional modes",
+    "functorch_levels": "functorch levels", "tls_dispatch_keys": "dispatch keys",
+}
 
 
 def _autocast_nesting() -> int:
@@ -72,17 +80,24 @@ class GlobalState:
                                torch._C._dispatch_tls_local_exclude_set().raw_repr()),
         )
 
-    def differences(self, other: "GlobalState") -> List[str]:
-        """`field: mine != other's` for each field that differs (modes compared by their types: two
-        runs of the same code make equal modes, not the same ones)."""
-        found = []
+    def differing(self, other: "GlobalState") -> List[Tuple[str, Any, Any]]:
+        """(setting, mine, other's) for each setting that differs (modes compared by their types:
+        two runs of the same code make equal modes, not the same ones)."""
+        found: List[Tuple[str, Any, Any]] = []
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "autocast":
+                found += [(f"autocast {m[0]}", m[1:], t[1:]) for m, t in zip(mine, theirs) if m != t]
+                continue
             if f.name in _MODE_FIELDS:
                 mine, theirs = tuple(map(type, mine)), tuple(map(type, theirs))
             if mine != theirs:
-                found.append(f"{f.name}: {mine!r} != {theirs!r}")
+                found.append((_LABELS[f.name], mine, theirs))
         return found
+
+    def differences(self, other: "GlobalState") -> List[str]:
+        """`setting: mine != other's` for each setting that differs."""
+        return [f"{name}: {mine!r} != {theirs!r}" for name, mine, theirs in self.differing(other)]
 
     def restore(self) -> None:
         """Put torch back in this state (whatever a trace interrupted at any point left behind)."""

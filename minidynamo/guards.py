@@ -37,7 +37,7 @@ class GuardKind(enum.Enum):
     HASATTR = "HASATTR"  # value: (attribute name, present): `hasattr(obj, name) == present`
     NN_MODULE = "NN_MODULE"
     GRAD_MODE = "GRAD_MODE"
-    GLOBAL_STATE = "GLOBAL_STATE"  # source None; value: a GlobalState captured when the trace began
+    GLOBAL_STATE = "GLOBAL_STATE"  # source None; value: an EntryState captured when the trace began
     ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor or container this one must be
     DISTINCT_FROM = "DISTINCT_FROM"  # value: the source of a container this one must not be
     SHAPE_ENV = "SHAPE_ENV"  # value: Python expressions over L and G relating symbolic sizes
@@ -104,8 +104,9 @@ _EXTRA_STATE: Tuple[Tuple[str, Callable[[], Any]], ...] = (
 
 
 @dataclass(frozen=True)
-class GlobalState:
-    """The global torch state a frame was entered with: torch's GlobalStateGuard (grad mode,
+class EntryState:
+    """The global torch state a frame was entered with, as its GLOBAL_STATE guard checks it (the state
+    itself, captured and restored, is global_state.GlobalState): torch's GlobalStateGuard (grad mode,
     autocast per device, default dtype, deterministic algorithms, torch function enabled, ...)
     plus the profiler, the mode stacks and inference mode."""
 
@@ -113,15 +114,15 @@ class GlobalState:
     extra: Tuple[Any, ...]
 
     @staticmethod
-    def capture() -> "GlobalState":
-        return GlobalState(GlobalStateGuard(), tuple(read() for _, read in _EXTRA_STATE))
+    def capture() -> "EntryState":
+        return EntryState(GlobalStateGuard(), tuple(read() for _, read in _EXTRA_STATE))
 
     def fields(self) -> Dict[str, Any]:
         return json.loads(self.torch_guard.__getstate__())
 
     def changes(self) -> List[str]:
         """What differs now, in words ('deterministic_algorithms (expected False, got True)')."""
-        now = GlobalState.capture()
+        now = EntryState.capture()
         changed = []
         if not self.torch_guard.check():
             then_fields, now_fields = self.fields(), now.fields()
@@ -138,9 +139,9 @@ def _change(name: str, expected: Any, got: Any) -> str:
     return f"{name} (expected {expected}, got {got})"
 
 
-def capture_global_state() -> GlobalState:
+def capture_global_state() -> EntryState:
     """The value of a GLOBAL_STATE guard: call it when the trace begins."""
-    return GlobalState.capture()
+    return EntryState.capture()
 
 
 def expected_object(guard: Guard) -> Any:
@@ -485,14 +486,14 @@ def _grad_mode_reason(expected: bool) -> Optional[str]:
 @rule(GuardKind.GLOBAL_STATE)
 class GlobalStateMatch(KindRule):
     def render(self, guard: Guard) -> List[str]:
-        state: GlobalState = guard.value
+        state: EntryState = guard.value
         fields = {k: v for k, v in state.fields().items() if not isinstance(v, (dict, list))}
         extra = ", ".join(f"{name}={v}" for (name, _), v in zip(_EXTRA_STATE, state.extra))
         return [f"global state is {', '.join(f'{k}={v}' for k, v in fields.items())}, autocast as when compiling, "
                 f"{extra}"]
 
     def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
-        state: GlobalState = guard.value
+        state: EntryState = guard.value
         grad = _grad_mode_reason(bool(state.fields()["grad_mode"]))
         if grad is not None:
             return grad
@@ -500,7 +501,7 @@ class GlobalStateMatch(KindRule):
         return f"global state changed: {'; '.join(changes)}" if changes else None
 
     def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
-        state: GlobalState = guard.value
+        state: EntryState = guard.value
         torch_state = state.torch_guard.__getstate__()
         b.item(b.check(("", "global state", torch_state), _C.CHK_CALL, state.torch_guard.check, expected2=True))
         for (name, read), expected in zip(_EXTRA_STATE, state.extra):

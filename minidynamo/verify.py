@@ -24,6 +24,7 @@ import torch
 
 from . import _C, config
 from .counters import entries_installed
+from .global_state import GlobalState
 from .skip_policy import is_user_function, is_user_module, never_convert_module
 
 log = logging.getLogger("minidynamo.verify")
@@ -240,43 +241,6 @@ def originals_of_copies(memo: Dict[Any, Any]) -> Dict[int, Any]:
 
 
 # ---- global state and random number generators ----
-
-
-def _autocast_devices() -> Tuple[str, ...]:
-    return ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
-
-
-def global_state() -> Dict[str, Any]:
-    """The process-wide torch settings a call can change."""
-    state: Dict[str, Any] = {
-        "grad mode": torch.is_grad_enabled(),
-        "inference mode": torch.is_inference_mode_enabled(),
-        "default dtype": torch.get_default_dtype(),
-        "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
-                                     torch.is_deterministic_algorithms_warn_only_enabled()),
-        "anomaly mode": (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
-        "autocast cache": torch.is_autocast_cache_enabled(),
-        "dispatch modes (fake mode, ...)": tuple(
-            type(m).__name__ for m in torch.utils._python_dispatch._get_current_dispatch_mode_stack()),
-        "torch function modes": tuple(type(m).__name__ for m in torch.overrides._get_current_function_mode_stack()),
-    }
-    for device in _autocast_devices():
-        state[f"autocast {device}"] = (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-    return state
-
-
-def restore_global_state(state: Dict[str, Any]) -> None:
-    """Set the settable parts of `state` (modes on a stack cannot be re-entered from here)."""
-    torch._C._set_grad_enabled(state["grad mode"])
-    torch.set_default_dtype(state["default dtype"])
-    enabled, warn_only = state["deterministic algorithms"]
-    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-    torch.set_anomaly_enabled(*state["anomaly mode"])
-    torch.set_autocast_cache_enabled(state["autocast cache"])
-    for device in _autocast_devices():
-        enabled, dtype = state[f"autocast {device}"]
-        torch.set_autocast_enabled(device, enabled)
-        torch.set_autocast_dtype(device, dtype)
 
 
 def rng_state() -> Dict[str, Any]:
@@ -573,7 +537,8 @@ class Outcome:
     exc: Optional[BaseException] = None
     stdout: str = ""
     compiled_frames: int = 0
-    state: Dict[str, Any] = field(default_factory=dict)
+    state: Optional[GlobalState] = None  # after the call
+    callback_restored: bool = True  # the eval-frame callback is the one set around the call
     rng: Dict[str, Any] = field(default_factory=dict)
     slots: List[Any] = field(default_factory=list)
 
@@ -586,8 +551,8 @@ class Outcome:
         except Exception as e:  # compared with the other run's
             self.exc = e
         finally:
-            left = _C.set_eval_frame(previous)
-            self.state = {**global_state(), "eval-frame callback restored": left is callback}
+            self.callback_restored = _C.set_eval_frame(previous) is callback
+            self.state = GlobalState.capture()
 
 
 @contextlib.contextmanager
@@ -699,10 +664,11 @@ def _compare_call(comparer: Comparer, eager: Outcome, compiled: Outcome, call_co
         comparer.compare(e_fn.__self__, fn.__self__, "self")
     for slot, a, b in zip(slots, eager.slots, compiled.slots):
         comparer.compare(a, b, slot.label)
-    for name, value in eager.state.items():
-        if compiled.state.get(name) != value:
-            raise _Mismatch(f"global state: {name}", "the compiled call left it differently", value,
-                            compiled.state.get(name))
+    if eager.callback_restored != compiled.callback_restored:
+        raise _Mismatch("global state: eval-frame callback restored", "the compiled call left it differently",
+                        eager.callback_restored, compiled.callback_restored)
+    for name, value, got in eager.state.differing(compiled.state):
+        raise _Mismatch(f"global state: {name}", "the compiled call left it differently", value, got)
     rng = _rng_differs(eager.rng, compiled.rng)
     if rng is not None:
         raise _Mismatch(f"random number generator state ({rng})", "the compiled call drew different random numbers",
@@ -763,10 +729,10 @@ def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) 
         counts["unverified"] += 1
         return run_with_callback(fn, args, kwargs, callback)
     copies = [_copy_slot(slot.get(), memo) for slot in slots]
-    state, rng = global_state(), rng_state()
+    state, rng = GlobalState.capture(), rng_state()
     eager = run_eager(*call_copy, slots, copies)
     eager.rng = rng_state()
-    restore_global_state(state)
+    state.restore()
     set_rng_state(rng)
     ran: Dict[int, types.CodeType] = {}
     compiled = run_compiled(fn, args, kwargs, callback, ran)
