@@ -261,6 +261,23 @@ def test_error_while_running_a_compiled_graph_is_eagers_own(backend):
         compiled(torch.tensor([7]), table)
 
 
+@pytest.mark.parametrize("grad", [False, True])
+def test_unused_op_that_raises_raises_as_in_eager(backend, grad):
+    """An op whose result nothing uses still runs in eager, and raises there (a float64 layer on a
+    float32 input); the compiled graph drops it, so raising is checked when compiling."""
+    lin = torch.nn.Linear(4, 4).double()
+
+    def unused(x):
+        lin(x)
+        return x * 2
+
+    x = torch.randn(3, 4, requires_grad=grad)
+    with pytest.raises(RuntimeError, match="dtype"):
+        unused(x)
+    with pytest.raises(RuntimeError, match="dtype"):
+        minidynamo.optimize(backend)(unused)(x)
+
+
 # -- module state -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("grad", [False, True])

@@ -54,6 +54,10 @@ def under_functorch(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
                for t in (*example_inputs, *attrs))
 
 
+def has_unused_ops(gm: torch.fx.GraphModule) -> bool:
+    return any(n.op in ("call_function", "call_method", "call_module") and not n.users for n in gm.graph.nodes)
+
+
 def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
     if not torch.is_grad_enabled():
         return False
@@ -91,6 +95,11 @@ class CodegenBackend:
 
     def compile_autograd(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+        from ..codegen.trace import check_eager_accepts_copies
+
+        if has_unused_ops(gm):  # aot_autograd drops them: eager's error in one would be lost
+            check_eager_accepts_copies(gm, example_inputs)
 
         output = next(n for n in gm.graph.nodes if n.op == "output")
         single = not isinstance(output.args[0], (tuple, list))

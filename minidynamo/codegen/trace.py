@@ -56,11 +56,7 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
             # the decomposed graph removes those, leaving only genuine input mutations.
             traced = _functional_trace(_decomposed_trace(traceable, inputs), inputs)
     except Exception:
-        # Often eager's own refusal, met in a decomposition; asked of copies, as the graph may
-        # mutate what it reads.
-        with unset_fake_temporarily():
-            check_eager_accepts(_with_stand_ins(gm, {}, copy_values=True),
-                                [_copy(t) for t in example_inputs])
+        check_eager_accepts_copies(gm, example_inputs)  # often eager's own refusal, met in a decomposition
         raise
     target = _mutating_op(traced)
     if target is not None:
@@ -126,6 +122,12 @@ def _restore_originals(traced: torch.fx.GraphModule, stand_ins: Dict) -> None:
                 owner._buffers[name] = hit[1]
             else:
                 object.__setattr__(owner, name, hit[1])
+
+
+def check_eager_accepts_copies(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
+    """check_eager_accepts on copies of the inputs and module tensors, for a graph that may mutate them."""
+    with unset_fake_temporarily():
+        check_eager_accepts(_with_stand_ins(gm, {}, copy_values=True), [_copy(t) for t in example_inputs])
 
 
 def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
