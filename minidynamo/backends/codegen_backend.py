@@ -12,6 +12,7 @@ import logging
 from typing import Callable, List, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import config
 
@@ -89,7 +90,9 @@ class CodegenBackend:
         if not static_tensors(example_inputs):
             return gm.forward
         try:
-            return self.compile_graph(gm, example_inputs)
+            # aot_autograd compiles inside its fake mode: buffers and constants made now must be real
+            with unset_fake_temporarily():
+                return self.compile_graph(gm, example_inputs)
         except Exception as e:
             return self._fallback(gm, e)
 
