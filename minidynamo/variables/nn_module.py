@@ -172,8 +172,10 @@ class NNModuleVariable(VariableTracker):
         hooks = [getattr(module, name) for name in _HOOK_DICTS] + [vars(module_impl)[name] for name in _GLOBAL_HOOK_DICTS]
         if any(hooks) or getattr(module, "_compiled_call_impl", None) is not None:
             unimplemented(f"calling {type(module).__name__} with hooks registered")
-        for name in _HOOK_DICTS:
-            self._guard(tx, name, GuardKind.LIST_LENGTH, getattr(module, name))
+        if self.source is not None:  # read from the instance dict the other module guards read too
+            instance_dict = AttrSource(self.source, "__dict__")
+            for name in _HOOK_DICTS:
+                tx.output.add_guard(Guard(GetItemSource(instance_dict, name), GuardKind.LIST_LENGTH, module.__dict__[name]))
         namespace = tx.output_globals_source(vars(module_impl), None)
         for name in _GLOBAL_HOOK_DICTS:
             tx.output.add_guard(Guard(GetItemSource(namespace, name), GuardKind.LIST_LENGTH, vars(module_impl)[name]))
