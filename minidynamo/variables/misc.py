@@ -279,7 +279,17 @@ class BoundMethodCall(VariableTracker):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        return self.obj.var_getattr(tx, self.name).var_getattr(tx, name)
+        method = self.obj.var_getattr(tx, self.name)
+        if isinstance(method, BoundMethodCall):  # the object only knows how to call it
+            unimplemented(f"attribute {name!r} of method {self.name}")
+        return method.var_getattr(tx, name)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.obj)
+        codegen.load_attr(self.name)
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]
 
     def reconstruct(self, codegen) -> None:
         codegen.reconstruct(self.obj)

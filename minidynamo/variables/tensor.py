@@ -13,6 +13,7 @@ from ..guards import Guard, GuardKind
 from ..source import AttrSource, CallSource
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value
+from .misc import BoundMethodCall
 from .sym import SizeVariable, specialized_value
 
 # Metadata read while tracing; the tensor guards make these constants safe (sizes, strides and
@@ -69,7 +70,7 @@ class TensorVariable(VariableTracker):
             unimplemented(f"reading .{name} of a tensor")
         if inspect.getattr_static(torch.Tensor, name, None) is None:
             return self._own_attribute(tx, name)
-        return TensorMethodVariable(self, name)
+        return BoundMethodCall(self, name)
 
     def _own_attribute(self, tx, name: str) -> VariableTracker:
         """An attribute set on the tensor object itself (`x.tag = ...`), read from the real input."""
@@ -158,25 +159,3 @@ def guard_storage_offsets(tx, tensor: TensorVariable) -> None:
         if not isinstance(offset, int):
             unimplemented("reading a symbolic storage offset")
         tx.output.add_guard(Guard(CallSource(AttrSource(source, "storage_offset")), GuardKind.EQUALS_MATCH, offset))
-
-
-class TensorMethodVariable(VariableTracker):
-    """`tensor.method` before it is called."""
-
-    def __init__(self, tensor: TensorVariable, name: str) -> None:
-        super().__init__()
-        self.tensor = tensor
-        self.name = name
-
-    def describe(self) -> str:
-        return f"method Tensor.{self.name}"
-
-    def call_function(self, tx, args, kwargs) -> VariableTracker:
-        return self.tensor.call_method(tx, self.name, args, kwargs)
-
-    def reconstruct(self, codegen) -> None:
-        codegen.reconstruct(self.tensor)
-        codegen.load_attr(self.name)
-
-    def subvalues(self) -> List[VariableTracker]:
-        return [self.tensor]
