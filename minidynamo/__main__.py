@@ -10,12 +10,13 @@ from typing import List, Optional
 from . import convert_frame, list_backends
 from .explain import ExplainOutput
 from .logs import CHANNELS, set_logs
+from .resume_execution import frame_name
 
 
 def summarize(record: convert_frame.FrameRecord) -> str:
     """One or a few lines about a converted frame, for the running report."""
     code = record.code
-    where = f"{code.co_name} ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})"
+    where = f"{frame_name(code)} ({os.path.relpath(code.co_filename)}:{code.co_firstlineno})"
     if record.unsupported is not None and record.transformed_code is None:
         return f"[minidynamo] {where}: runs unconverted: {record.unsupported.msg}"
     frame = ExplainOutput.from_frames([record])

@@ -109,6 +109,7 @@ def assemble(
     elements: Sequence[Element],
     like: types.CodeType,
     name: Optional[str] = None,
+    qualname: Optional[str] = None,
     argnames: Optional[Sequence[str]] = None,
     argcount: Optional[int] = None,
     kwonlyargcount: Optional[int] = None,
@@ -123,7 +124,7 @@ def assemble(
     out.kwonlyargcount = like.co_kwonlyargcount if kwonlyargcount is None else kwonlyargcount
     out.flags = like.co_flags if flags is None else flags
     out.name = name or like.co_name
-    out.qualname = name or like.co_qualname
+    out.qualname = qualname or name or like.co_qualname
     out.filename = like.co_filename
     out.first_lineno = like.co_firstlineno
     n_params = out.argcount + out.kwonlyargcount + bool(out.flags & 0x04) + bool(out.flags & 0x08)

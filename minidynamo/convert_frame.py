@@ -21,6 +21,7 @@ from .guard_set import build_check_function
 from .guards import CheckFunction
 from .frame_codegen import transformed_code
 from .output_graph import OutputGraph
+from .resume_execution import frame_name
 from .skip_policy import frame_skip_reason
 from .symbolic_convert import InstructionTranslator
 
@@ -134,7 +135,7 @@ class ConvertFrame:
         except Unsupported as e:
             counters["unconverted"] += 1
             record.unsupported = e
-            log.debug("running %s unconverted: %s", frame.f_code.co_name, format_unsupported(e))
+            log.debug("running %s unconverted: %s", frame_name(frame.f_code), format_unsupported(e))
             if self.nopython:
                 raise Unsupported(format_unsupported(e)) from None
             return None

@@ -17,6 +17,7 @@ import torch
 from . import _C, convert_frame, eval_frame, logs
 from .exc import UserFrame
 from .guards import Guard
+from .resume_execution import frame_name
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
 _RESUME_NAME = re.compile(r"__resume_at_(\d+)_in_(\w+)")
@@ -77,7 +78,7 @@ class FrameReport:
 
     @property
     def name(self) -> str:
-        return self.record.code.co_name
+        return frame_name(self.record.code)
 
     @property
     def resumes(self) -> Optional[str]:
@@ -236,7 +237,7 @@ def _kernel_sources(code) -> Iterable[str]:
 
 def log_frame(record: convert_frame.FrameRecord) -> None:
     """Write one converted frame to the channels that are on."""
-    name = f"{record.code.co_name} ({record.code.co_filename}:{record.code.co_firstlineno})"
+    name = f"{frame_name(record.code)} ({record.code.co_filename}:{record.code.co_firstlineno})"
     graph, guards, breaks = logs.channel("graph"), logs.channel("guards"), logs.channel("breaks")
     if graph.isEnabledFor(logging.DEBUG):
         for i, gm in enumerate(record.graphs):

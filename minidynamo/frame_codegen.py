@@ -176,7 +176,7 @@ def _call_resume(codegen: PyCodegen, ending: BreakEnding, spec: ResumeSpec, pass
         codegen.load_const(code)
         codegen.append("MAKE_FUNCTION", 0x08)
     else:
-        codegen.load_const(types.FunctionType(code, ending.f_globals))
+        codegen.load_const(types.FunctionType(code, ending.f_globals, code.co_qualname))
     for name, _ in passed:
         codegen.load_local(name)
     for name in spec.stack_argnames():

@@ -71,10 +71,16 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     # locals first: zero-argument super() reads the first parameter of the frame
     argnames = list(spec.local_names) + spec.stack_argnames()
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
-    original = re.sub(r"^(__resume_at_\d+_in_)+", "", code.co_name)
-    name = f"__resume_at_{instructions.offsets[spec.target]}_in_{original}"
-    return assemble(entry + body, like=code, name=name, argnames=argnames, argcount=len(argnames),
-                    kwonlyargcount=0, flags=flags, freevars=freevars, cellvars=())
+    # the frame keeps its function's name (tracebacks, sys._getframe, logging's funcName show it, as
+    # in eager); reports tell resume functions apart by their qualified name
+    qualname = f"__resume_at_{instructions.offsets[spec.target]}_in_{code.co_name}"
+    return assemble(entry + body, like=code, name=code.co_name, qualname=qualname, argnames=argnames,
+                    argcount=len(argnames), kwonlyargcount=0, flags=flags, freevars=freevars, cellvars=())
+
+
+def frame_name(code: types.CodeType) -> str:
+    """The name reports give a frame: a resume function's `__resume_at_<offset>_in_<fn>`, else its name."""
+    return code.co_qualname if code.co_qualname.startswith("__resume_at_") else code.co_name
 
 
 def _as_free_variable(element):

@@ -18,6 +18,7 @@ import torch
 from . import pyversion
 from .bytecode_analysis import in_loop, live_locals, reads_own_frame
 from .bytecode_transformation import Instr, Instructions, read_instructions
+from .resume_execution import frame_name
 from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .frame_codegen import BreakEnding, FrameEnding, ReturnEnding
 from .output_graph import OutputGraph
@@ -126,7 +127,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
     def user_frame(self) -> UserFrame:
         lineno = getattr(self.current_instruction, "lineno", None) or self.code.co_firstlineno
         line = linecache.getline(self.code.co_filename, lineno).strip()
-        return UserFrame(self.code.co_filename, lineno, self.code.co_name, line)
+        return UserFrame(self.code.co_filename, lineno, frame_name(self.code), line)
 
     def user_stack(self) -> List[UserFrame]:
         return [self.user_frame()]

@@ -783,3 +783,24 @@ def test_function_made_by_a_transform_is_not_guarded_by_identity():
     import minidynamo
 
     assert minidynamo.stats()["recompiles"] == 0
+
+
+def _caller_name():
+    return sys._getframe(1).f_code.co_name
+
+
+def _frame_names_after_a_break(x):
+    y = x + 1
+    print("break")
+    return y, _caller_name(), sys._getframe().f_code.co_name
+
+
+@pytest.mark.skipif(REFERENCE, reason="reference (torch) differs: torch_dynamo_resume_in_... names its resume frames")
+def test_frames_after_a_break_keep_the_function_name():
+    """Code after a graph break runs in a resume function; it still reports the function's own name
+    (sys._getframe, tracebacks, logging's funcName), as in eager."""
+    x = rand(2)
+    expected = run_once(_frame_names_after_a_break, (x.clone(),))
+    actual = run_once(optimize(CompileCounter())(_frame_names_after_a_break), (x.clone(),))
+    compare_runs(actual, expected)
+    assert actual.result[1:] == ("_frame_names_after_a_break", "_frame_names_after_a_break")
