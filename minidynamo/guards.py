@@ -195,6 +195,10 @@ def _type_name(cls: Any) -> str:
     return getattr(cls, "__qualname__", repr(cls))
 
 
+def _type_mismatch(name: str, expected: type, value: Any) -> str:
+    return f"{name} type mismatch: expected {_type_name(expected)}, got {_type_name(type(value))}"
+
+
 class NotExpressible(Exception):
     """A guard the C guard set cannot check (its source has no accessor): it is checked in Python."""
 
@@ -253,7 +257,7 @@ class TypeMatch(KindRule):
     def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
         expected = expected_object(guard)
         if type(value) is not expected:
-            return f"{guard.name} type mismatch: expected {_type_name(expected)}, got {_type_name(type(value))}"
+            return _type_mismatch(guard.name, expected, value)
         return None
 
     def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
@@ -297,7 +301,7 @@ class EqualsMatch(KindRule):
     def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
         expected = guard.value
         if type(value) is not type(expected):
-            return f"{guard.name} type mismatch: expected {_type_name(type(expected))}, got {_type_name(type(value))}"
+            return _type_mismatch(guard.name, type(expected), value)
         if not _C.strict_equal(value, expected):
             return f"{guard.name} value mismatch: expected {expected!r}, got {value!r}"
         return None
@@ -321,7 +325,7 @@ class ListLength(KindRule):
     def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
         expected = guard.value
         if type(value) is not type(expected):
-            return f"{guard.name} type mismatch: expected {_type_name(type(expected))}, got {_type_name(type(value))}"
+            return _type_mismatch(guard.name, type(expected), value)
         if len(value) != len(expected):
             return f"len({guard.name}) mismatch: expected {len(expected)}, got {len(value)}"
         return None

@@ -16,21 +16,8 @@ import minidynamo
 import minidynamo.config
 from minidynamo.backends import lookup_backend
 from minidynamo.exc import BackendCompilerFailed
-from test_codegen_backends import BACKENDS, graph_compiler  # noqa: F401  (backend fixture below)
+from test_codegen_backends import backend, cache_dir, graph_compiler  # noqa: F401  (fixtures)
 from test_cpp_backend import Batch, assert_close
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(minidynamo.config, "cache_dir", str(tmp_path))
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    if request.param == "triton":
-        pytest.importorskip("triton", reason="the triton backend needs the optional triton package")
-        import minidynamo.backends.triton  # noqa: F401  (sets TRITON_INTERPRET=1 without a GPU)
-    return request.param
 
 
 @pytest.fixture

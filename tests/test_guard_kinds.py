@@ -16,12 +16,12 @@ from torch.overrides import TorchFunctionMode
 
 import minidynamo
 from minidynamo import GuardedCode, _C
-from minidynamo.convert_frame import compile_listeners
 from minidynamo.eval_frame import optimize_with_callback
 from minidynamo.guard_set import build_check_function
 from minidynamo.guards import Guard, GuardKind, KindRule, capture_global_state
 from minidynamo.source import AttrSource, LocalSource, MethodCallSource
 from minidynamo.testing import CompileCounter
+from test_guards import Records
 
 V, W = LocalSource("v"), LocalSource("w")
 
@@ -220,18 +220,6 @@ TRACED = {
                           "L['m'] is not the object seen when compiling"),
     GuardKind.ALIAS_OF: (f_alias, (_x, _x), (_x, torch.randn(3)), "L['b'] is no longer the same tensor as L['a']"),
 }
-
-
-class Records:
-    def __init__(self):
-        self.frames = []
-
-    def __enter__(self):
-        compile_listeners.append(self.frames.append)
-        return self
-
-    def __exit__(self, *exc):
-        compile_listeners.remove(self.frames.append)
 
 
 @pytest.mark.parametrize("kind", list(TRACED), ids=lambda k: k.value)
