@@ -78,6 +78,7 @@ __all__ = [
     "MODULE_GUARD_KINDS",
     "OBJECT_GUARD_KINDS",
     "reference_only_skip",
+    "frames_compiled",
     "minidynamo_only",
     "fresh_dynamo",
 ]
@@ -226,12 +227,21 @@ def assert_equal(actual, expected, path: str = "out") -> None:
     assert actual == expected, f"{path}: {actual!r} != {expected!r}"
 
 
+def frames_compiled() -> int:
+    """How many frames the current target has compiled (converted) since its last reset."""
+    if REFERENCE:
+        from torch._dynamo.utils import counters
+
+        return counters["frames"]["total"]
+    return _dynamo.stats()["compiled"]
+
+
 def assert_same(
     fn: Callable,
     *input_sets,
     graphs: Optional[int] = 1,
     nopython: Optional[bool] = None,
-    repeat: int = 2,
+    repeat: int = 3,
     min_ops: Optional[int] = None,
     compare_inputs: bool = True,
     counter: Optional[CompileCounter] = None,
@@ -243,6 +253,7 @@ def assert_same(
     ``nopython`` defaults to True (whole graph required) unless no graph is expected at all (torch's
     fullgraph mode rejects a frame that yields no graph).
     An input set is a tuple of positional args, a single non-tuple arg, or ``Args(*a, **kw)``.
+    Calls after the first of an input set must compile nothing: a cache that never settles is a bug.
     """
     assert input_sets, "assert_same needs at least one input set"
     cnt = counter if counter is not None else CompileCounter()
@@ -254,7 +265,10 @@ def assert_same(
             e_args, e_kwargs = clone_inputs(input_set)
             c_args, c_kwargs = clone_inputs(input_set)
             expected = fn(*e_args, **e_kwargs)
+            before = frames_compiled()
             actual = compiled(*c_args, **c_kwargs)
+            if r > 0:
+                assert frames_compiled() == before, f"input set {i}, call {r}: an identical call compiled again"
             assert_equal(actual, expected, f"input set {i}, call {r}: out")
             if compare_inputs:
                 assert_equal(c_args, e_args, f"input set {i}, call {r}: args after the call")
