@@ -239,6 +239,18 @@ class OutputGraph:
         node = self.create_node(op, target, node_args, node_kwargs)
         return self._wrap_result(node, example, _tensor_trackers([*args, *kwargs.values()]))
 
+    def speculate(self, trace: Callable[[], Any]) -> None:
+        """Run `trace` (tracing code whose real run the graph will call as one op) and drop the ops it
+        recorded, refusing code that changes anything but its own new values: side effects, new
+        graph inputs."""
+        nodes, effects = set(self.graph.nodes), dict(self.side_effects.effects)
+        trace()
+        added = [n for n in self.graph.nodes if n not in nodes]
+        if any(n.op not in _CALL_OPS for n in added) or list(self.side_effects.effects.items()) != list(effects.items()):
+            unimplemented("code run inside one graph op reads new tensors or has side effects")
+        for node in reversed(added):
+            self.graph.erase_node(node)
+
     def _wrap_result(self, node: torch.fx.Node, example: Any,
                      inputs: Optional[Dict[int, TensorVariable]] = None) -> VariableTracker:
         """A tracker for the op's result; a tensor the op returns that is one of its inputs (in-place

@@ -13,10 +13,12 @@ from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
 from .torch import TorchVariable
+from .autograd_function import AutogradFunctionClassVariable
 from .builtin import BuiltinVariable
 from .builder import VariableBuilder, wrap_constant_result
 
 __all__ = [
+    "AutogradFunctionClassVariable",
     "BaseListVariable",
     "BaseUserFunctionVariable",
     "BoundMethodCall",

@@ -14,11 +14,12 @@ from ..exc import unimplemented
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, GetItemSource, Source
+from .autograd_function import AutogradFunctionClassVariable, is_custom_autograd_function
 from .base import VariableTracker
 from .builtin import BuiltinVariable
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
-from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListVariable, SetVariable, TupleVariable
 from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode,
                    WeakRefVariable, WithExitVariable, is_torch_object)
@@ -112,6 +113,9 @@ class VariableBuilder:
         if isinstance(value, types.FunctionType):
             self.guard(GuardKind.ID_MATCH, value)
             return UserFunctionVariable(value, source)
+        if isinstance(value, functools._lru_cache_wrapper) and isinstance(value.__wrapped__, types.FunctionType):
+            self.guard(GuardKind.ID_MATCH, value)
+            return CachedFunctionVariable(value, source)
         if isinstance(value, RestoreGradMode):
             VariableBuilder(tx, source and AttrSource(source, "mode"))(value.mode)
             context = GradModeVariable(not value.mode)
@@ -138,6 +142,9 @@ class VariableBuilder:
         if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
             self.guard(GuardKind.ID_MATCH, value)
             return BuiltinVariable(value, source)
+        if is_custom_autograd_function(value):
+            self.guard(GuardKind.ID_MATCH, value)
+            return AutogradFunctionClassVariable(value, source)
         if isinstance(value, type):
             self.guard(GuardKind.ID_MATCH, value)
             return UserDefinedClassVariable(value, source)

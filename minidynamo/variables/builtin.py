@@ -50,6 +50,10 @@ _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul, opera
 # `a op= b` on a set changes `a` itself (a global or argument set keeps its identity).
 _SET_IN_PLACE = {operator.ior: "update", operator.iand: "intersection_update", operator.isub: "difference_update",
                  operator.ixor: "symmetric_difference_update"}
+# `a op= b` on an immutable `a` (numbers, strings, tuples) has no in-place form: Python runs `a op b`.
+_IN_PLACE_TO_BINARY = {getattr(operator, f"i{n.rstrip('_')}"): getattr(operator, n) for n in (
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and_", "or_", "xor", "lshift", "rshift",
+    "concat")}
 # operator functions that change their first argument: never folded on a copy of a container.
 _MUTATING = {operator.setitem, operator.delitem, operator.iconcat,
              *[getattr(operator, n) for n in dir(operator) if n.startswith("i") and n[1:] in dir(operator)]}
@@ -80,6 +84,8 @@ class BuiltinVariable(VariableTracker):
         if self.fn is object.__setattr__ and len(args) == 3:
             args[0].store_attr(tx, args[1].as_python_constant(), args[2])
             return ConstantVariable(None)
+        if self.fn in _IN_PLACE_TO_BINARY and len(args) == 2 and _is_immutable(args[0]):
+            return BuiltinVariable(_IN_PLACE_TO_BINARY[self.fn]).call_function(tx, args, kwargs)
         if self.fn is functools.partial and args:
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if self.fn in (operator.itemgetter, operator.attrgetter) and args and not kwargs:
@@ -394,6 +400,11 @@ def _binds(handler: Callable, args: List[VariableTracker], kwargs: Dict[str, Var
     except TypeError:
         return False
     return True
+
+
+def _is_immutable(value: VariableTracker) -> bool:
+    """Whether `value` is of a type with no in-place operators (`x op= y` rebinds x to `x op y`)."""
+    return isinstance(value, (ConstantVariable, SymNodeVariable)) or type(value) is TupleVariable
 
 
 def _has_sym_items(value: VariableTracker) -> bool:

@@ -128,6 +128,11 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         super().__init__(source)
         self.fn = fn
 
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if getattr(self.fn, "_dynamo_marked_constant", False):
+            return _call_marked_constant(tx, self.fn, args, kwargs)
+        return super().call_function(tx, args, kwargs)
+
     def describe(self) -> str:
         return f"function {self.fn.__qualname__}"
 
@@ -189,6 +194,49 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             cells[name] = CellVariable(self._wrap_real(tx, contents, contents_source), writable=False,
                                        cell_source=cell_source)
         return cells
+
+
+def _call_marked_constant(tx, fn: types.FunctionType, args: List[VariableTracker],
+                          kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """A function marked as returning the same constant for the life of the process
+    (torch._dynamo.assume_constant_result): called while tracing, its result is that constant."""
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        unimplemented(f"{fn.__qualname__}, marked constant, called with non-constant arguments")
+    try:
+        value = fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+    except Exception as e:  # noqa: BLE001 - raised again by the real call
+        unimplemented(f"{fn.__qualname__}, marked constant, raises {type(e).__name__}")
+    return tx.wrap_constant(value)
+
+
+class CachedFunctionVariable(VariableTracker):
+    """A function wrapped by functools.lru_cache / functools.cache: a call runs the wrapped function
+    (traced like any other; the cache only saves work), the wrapper itself is what it stands for."""
+
+    def __init__(self, wrapper: Any, source=None) -> None:
+        super().__init__(source)
+        self.wrapper = wrapper
+
+    def describe(self) -> str:
+        return f"cached function {self.wrapper.__wrapped__.__qualname__}"
+
+    def python_type(self) -> type:
+        return type(self.wrapper)
+
+    def real_object(self) -> Any:
+        return self.wrapper
+
+    def as_python_constant(self) -> Any:
+        return self.wrapper
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        wrapped = tx.wrap(self.wrapper.__wrapped__, self.source and AttrSource(self.source, "__wrapped__"))
+        return wrapped.call_function(tx, args, kwargs)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in ("__wrapped__", "__name__", "__qualname__", "__module__", "__doc__"):
+            return tx.wrap(getattr(self.wrapper, name), self.source and AttrSource(self.source, name))
+        return super().var_getattr(tx, name)
 
 
 class UserMethodVariable(UserFunctionVariable):

@@ -62,6 +62,9 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         return value
     if isinstance(static, types.FunctionType):
         return UserMethodVariable(static, obj_vt, guarded())
+    if isinstance(static, functools._lru_cache_wrapper) and isinstance(static.__wrapped__, types.FunctionType):
+        wrapper_source = guarded()  # a cached method: its call runs the function it wraps
+        return UserMethodVariable(static.__wrapped__, obj_vt, wrapper_source and AttrSource(wrapper_source, "__wrapped__"))
     owner = next((base for base in cls.__mro__ if name in vars(base)), None)
     if owner in READ_ONLY_METHODS and name in READ_ONLY_METHODS[owner]:
         guarded()
@@ -359,16 +362,31 @@ class SuperVariable(VariableTracker):
         codegen.call(2)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        mro = self.obj.python_type().__mro__
+        # super(C, cls) in a classmethod looks up cls's MRO and binds as a class lookup does
+        of_class = isinstance(self.obj, UserDefinedClassVariable)
+        start = self.obj.cls if of_class else self.obj.python_type()
+        mro = start.__mro__
         for index in range(mro.index(self.cls) + 1, len(mro)):
             klass = mro[index]
             if name in vars(klass):
                 static = vars(klass)[name]
-                if static is object.__init__ or static is object.__setattr__:
+                if (static is object.__init__ or static is object.__setattr__) and not of_class:
                     return PartialVariable(tx.wrap(static), [self.obj], {})
                 type_source = _class_source(self.obj)
                 klass_source = type_source and GetItemSource(AttrSource(type_source, "__mro__"), index)
-                return lookup_class_attribute(tx, self.obj, klass, name, None, klass_source, implicit=True)
+                if isinstance(static, classmethod):  # bound to the class the lookup started from
+                    owner = self.obj if of_class else UserDefinedClassVariable(start, type_source)
+                    source = _guard_class_lookup(tx, self.obj, klass_source, name, static, True)
+                    return UserMethodVariable(static.__func__, owner, source)
+                if of_class and isinstance(static, (staticmethod, types.FunctionType)):
+                    source = _guard_class_lookup(tx, self.obj, klass_source, name, static, True)
+                    return tx.wrap(getattr(static, "__func__", static), source)
+                attr_source = klass_source and AttrSource(klass_source, name)
+                if of_class and hasattr(type(static), "__get__"):
+                    unimplemented(f"super() in a classmethod reading a {type(static).__name__} attribute")
+                if of_class:
+                    return tx.wrap(static, attr_source)
+                return lookup_class_attribute(tx, self.obj, klass, name, attr_source, klass_source, implicit=True)
         unimplemented(f"super() has no attribute '{name}'")
 
 

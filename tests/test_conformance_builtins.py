@@ -1,0 +1,524 @@
+"""Conformance: builtins and the standard library (itertools, functools, operator, math, methods of
+constants, super(), isinstance with ABCs, custom autograd Functions) traced into one graph, each
+function compared with eager and validated against torch._dynamo (MINIDYNAMO_TEST_REFERENCE=torch).
+
+Each table maps a function name to (function, input sets, expected graph count); one parametrized
+test per table, so `pytest --collect-only -q` counts the functions."""
+import collections
+import collections.abc
+import functools
+import itertools
+import math
+import numbers
+import operator
+from typing import Callable, Dict, Tuple
+
+import pytest
+import torch
+
+from translator_harness import (  # noqa: F401
+    assert_same,
+    compile_fn,
+    fresh_dynamo,
+    rand,
+    reference_only_skip,
+)
+
+Case = Tuple[Callable, tuple, int]
+TABLES: Dict[str, Dict[str, Case]] = {}
+
+
+REFERENCE_SKIPS: Dict[str, str] = {}  # function name -> how torch 2.13 fails it
+
+
+def case(table: str, *input_sets, graphs: int = 1, torch_fails: str = "") -> Callable:
+    """Register the decorated function in `table`, run on `input_sets` (default: one 4-vector).
+    `torch_fails`: torch._dynamo itself fails the case (the reference run skips it), and how."""
+
+    def register(fn: Callable) -> Callable:
+        assert fn.__name__ not in TABLES.setdefault(table, {}), fn.__name__
+        TABLES[table][fn.__name__] = (fn, input_sets or (rand(4),), graphs)
+        if torch_fails:
+            REFERENCE_SKIPS[fn.__name__] = torch_fails
+        return fn
+
+    return register
+
+
+def names(table: str) -> list:
+    return [pytest.param(name, marks=reference_only_skip(REFERENCE_SKIPS[name])) if name in REFERENCE_SKIPS else name
+            for name in sorted(TABLES[table])]
+
+
+def check(table: str, name: str) -> None:
+    fn, input_sets, graphs = TABLES[table][name]
+    assert_same(fn, *input_sets, graphs=graphs)
+
+
+# ---------------------------------------------------------------------------------------------
+# augmented assignment to names holding constants (graph code once read `0 += x`)
+# ---------------------------------------------------------------------------------------------
+@case("augassign")
+def aug_int_plus_tensor(x):
+    score = 0
+    score += x
+    return score
+
+
+@case("augassign")
+def aug_float_times_tensor(x):
+    scale = 1.5
+    scale *= x
+    return scale
+
+
+@case("augassign")
+def aug_int_minus_tensor(x):
+    acc = 10
+    acc -= x
+    return acc
+
+
+@case("augassign")
+def aug_int_div_tensor(x):
+    acc = 1
+    acc /= x.abs() + 1
+    return acc
+
+
+@case("augassign")
+def aug_int_floordiv_tensor(x):
+    acc = 7
+    acc //= x.abs() + 1
+    return acc
+
+
+@case("augassign")
+def aug_int_pow_tensor(x):
+    acc = 2
+    acc **= x
+    return acc
+
+
+@case("augassign")
+def aug_int_mod_tensor(x):
+    acc = 5
+    acc %= x.abs() + 1
+    return acc
+
+
+@case("augassign", rand(4, dtype=torch.int64))
+def aug_int_and_tensor(x):
+    acc = 6
+    acc &= x
+    acc |= x
+    acc ^= x
+    return acc
+
+
+@case("augassign", rand(4, dtype=torch.int64).abs())
+def aug_int_shift_tensor(x):
+    acc = 1
+    acc <<= x
+    acc >>= 1
+    return acc
+
+
+@case("augassign")
+def aug_accumulate_in_loop(x):
+    total = 0
+    for i in range(3):
+        total += x * i
+    return total
+
+
+@case("augassign")
+def aug_tensor_then_constant(x):
+    y = x.clone()
+    y += 1
+    y *= 2
+    return y
+
+
+@case("augassign")
+def aug_tuple_plus(x):
+    t = (1, 2)
+    t += (3,)
+    return x * len(t), t
+
+
+@case("augassign")
+def aug_str_plus(x):
+    s = "a"
+    s += "b"
+    s *= 2
+    return x + len(s), s
+
+
+@case("augassign")
+def aug_loss_sum(x):
+    loss = 0.0
+    for part in (x, x * 2, x.sin()):
+        loss += part.sum()
+    return loss
+
+
+@pytest.mark.parametrize("name", names("augassign"))
+def test_augassign(name):
+    check("augassign", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# functools.lru_cache / functools.cache-wrapped functions, called through
+# ---------------------------------------------------------------------------------------------
+@functools.lru_cache
+def cached_flag() -> bool:
+    return True
+
+
+@functools.lru_cache(maxsize=8)
+def cached_scale(k: int) -> float:
+    return k * 0.5
+
+
+@functools.cache
+def cached_pair(a: int, b: int) -> tuple:
+    return (a + b, a * b)
+
+
+@functools.lru_cache(maxsize=None)
+def cached_tensor_fn(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+class CachedMethods:
+    @functools.lru_cache(maxsize=4)
+    def factor(self, k: int) -> int:
+        return k + 1
+
+
+CACHED_METHODS = CachedMethods()
+
+
+@case("lru_cache")
+def lru_flag_branch(x):
+    if cached_flag():
+        return x + 1
+    return x - 1
+
+
+@case("lru_cache")
+def lru_with_argument(x):
+    return x * cached_scale(3)
+
+
+@case("lru_cache")
+def lru_cache_decorator(x):
+    s, p = cached_pair(2, 3)
+    return x * s + p
+
+
+@case("lru_cache")
+def lru_tensor_argument(x):
+    return cached_tensor_fn(x) + 1
+
+
+@case("lru_cache")
+def lru_method(x):
+    return x * CACHED_METHODS.factor(2)
+
+
+@case("lru_cache")
+def lru_wrapped_attribute(x):
+    return x + cached_scale.__wrapped__(4)
+
+
+@case("lru_cache")
+def lru_nested_calls(x):
+    return x * cached_scale(int(cached_flag()) + 1)
+
+
+@pytest.mark.parametrize("name", names("lru_cache"))
+def test_lru_cache(name):
+    check("lru_cache", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# super() in classmethods and static methods reached through super()
+# ---------------------------------------------------------------------------------------------
+class Base:
+    k = 3
+
+    @classmethod
+    def make(cls, x):
+        return x * cls.k
+
+    @staticmethod
+    def shift(x):
+        return x - 1
+
+    def plus(self, x):
+        return x + 5
+
+
+class Derived(Base):
+    k = 4
+
+    @classmethod
+    def make(cls, x):
+        return super().make(x) + 1
+
+    @classmethod
+    def explicit(cls, x):
+        return super(Derived, cls).shift(x)
+
+    @classmethod
+    def unbound(cls, x):
+        return super().plus(None, x)
+
+    def from_instance(self, x):
+        return super().make(x)
+
+    @classmethod
+    def reads_attr(cls, x):
+        return x * super().k
+
+
+class Leaf(Derived):
+    k = 5
+
+    @classmethod
+    def make(cls, x):
+        return super().make(x) * 2
+
+
+@case("super")
+def super_in_classmethod(x):
+    return Derived.make(x)
+
+
+@case("super")
+def super_in_classmethod_binds_subclass(x):
+    return Leaf.make(x)
+
+
+@case("super")
+def super_two_argument_in_classmethod(x):
+    return Derived.explicit(x)
+
+
+@case("super", torch_fails="binds the function to the class: 'failed to bind arguments'")
+def super_function_in_classmethod_is_unbound(x):
+    return Derived.unbound(x)
+
+
+DERIVED, LEAF = Derived(), Leaf()
+
+
+@case("super")
+def super_classmethod_from_instance(x):
+    return DERIVED.from_instance(x)
+
+
+@case("super")
+def super_classmethod_from_leaf_instance(x):
+    return LEAF.from_instance(x)
+
+
+@case("super", torch_fails="AssertionError: source must not be None for classmethod resolution")
+def super_classmethod_from_new_instance(x):
+    return Leaf().from_instance(x)
+
+
+@case("super")
+def super_class_attribute_in_classmethod(x):
+    return Leaf.reads_attr(x)
+
+
+@case("super")
+def super_classmethod_through_instance_call(x):
+    return Leaf().make(x)
+
+
+@pytest.mark.parametrize("name", names("super"))
+def test_super(name):
+    check("super", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# custom torch.autograd.Function: forward traced, the user's backward kept
+# ---------------------------------------------------------------------------------------------
+class ScaledGrad(torch.autograd.Function):
+    """Forward is the identity times k; backward scales the gradient by 3 (not what forward implies)."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * k
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * ctx.k * 3 + x, None
+
+
+class StraightThrough(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class TwoOutputs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        ctx.mark_non_differentiable(y)
+        ctx.save_for_backward(x)
+        return x.sin(), y.clone()
+
+    @staticmethod
+    def backward(ctx, gx, gy):
+        (x,) = ctx.saved_tensors
+        return gx * x.cos(), None
+
+
+class NeedsGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        if ctx.needs_input_grad[0]:
+            return x * y
+        return x + y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad
+
+
+class WithSetupContext(torch.autograd.Function):
+    @staticmethod
+    def forward(x, k):
+        return x.exp() * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return grad * out, None
+
+
+@case("autograd_function")
+def autograd_custom_backward(x):
+    return ScaledGrad.apply(x.sin(), 2.0).cos()
+
+
+@case("autograd_function", rand(4, requires_grad=True))
+def autograd_requires_grad_input(x):
+    return ScaledGrad.apply(x, 2.0) + 1
+
+
+@case("autograd_function", (rand(4), rand(4)))
+def autograd_two_outputs(x, y):
+    a, b = TwoOutputs.apply(x, y)
+    return a + b
+
+
+@case("autograd_function", (rand(4), rand(4)), (rand(4, requires_grad=True), rand(4)), graphs=2)
+def autograd_needs_input_grad(x, y):
+    return NeedsGrad.apply(x, y)
+
+
+@case("autograd_function")
+def autograd_setup_context(x):
+    return WithSetupContext.apply(x, 0.5)
+
+
+@case("autograd_function", rand(4, requires_grad=True))
+def autograd_in_no_grad(x):
+    with torch.no_grad():
+        return ScaledGrad.apply(x, 3.0)
+
+
+@case("autograd_function")
+def autograd_twice(x):
+    return StraightThrough.apply(ScaledGrad.apply(x, 2.0))
+
+
+@pytest.mark.parametrize("name", names("autograd_function"))
+def test_autograd_function(name):
+    check("autograd_function", name)
+
+
+# gradients: the compiled function's backward is the user's (StraightThrough's is not forward's derivative)
+@case("autograd_grads")
+def grads_custom_backward(x):
+    return ScaledGrad.apply(x.sin(), 2.0).cos()
+
+
+@case("autograd_grads")
+def grads_straight_through(x):
+    return StraightThrough.apply(x * 3)
+
+
+@case("autograd_grads", (rand(4), rand(4)))
+def grads_two_outputs(x, y):
+    return TwoOutputs.apply(x, y)[0] * 2
+
+
+@case("autograd_grads", (rand(4), rand(4)))
+def grads_needs_input_grad(x, y):
+    return NeedsGrad.apply(x, y)
+
+
+@case("autograd_grads")
+def grads_setup_context(x):
+    return WithSetupContext.apply(x, 0.5)
+
+
+@pytest.mark.parametrize("name", names("autograd_grads"))
+def test_autograd_grads(name):
+    fn, input_sets, graphs = TABLES["autograd_grads"][name]
+    compiled = compile_fn(fn, nopython=True)
+    for inputs in input_sets:
+        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        grads = []
+        for run in (fn, compiled):
+            leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+            run(*leaves).sum().backward()
+            grads.append([t.grad for t in leaves])
+        for actual, expected in zip(grads[1], grads[0]):
+            torch.testing.assert_close(actual, expected)
+
+
+def test_straight_through_gradient_is_the_users():
+    x = torch.randn(4, requires_grad=True)
+    compile_fn(grads_straight_through, nopython=True)(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4,), 3.0))
+
+
+class Holder:
+    k = 3
+
+
+class HolderChild(Holder):
+    def scaled(self, x):
+        return x * super().k
+
+
+def test_super_class_attribute_is_guarded():
+    """A class attribute read through super() is guarded: changing it is seen by the next call."""
+    obj = HolderChild()
+    compiled = compile_fn(lambda x: obj.scaled(x))
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), x * 3)
+    Holder.k = 10
+    try:
+        torch.testing.assert_close(compiled(x), x * 10)
+    finally:
+        Holder.k = 3
