@@ -3,7 +3,7 @@ from . import config
 from .backends import list_backends, lookup_backend, register_backend
 from .compile_api import OptimizedModule, compile
 from .counters import stats
-from .dynamic_shapes import mark_dynamic
+from .dynamic_shapes import mark_dynamic, mark_static
 from .explain import ExplainOutput, explain
 from .frame_hook import GuardedCode
 from .eval_frame import disable, optimize, optimize_with_callback, reset, run
@@ -20,6 +20,7 @@ __all__ = [
     "explain",
     "list_backends",
     "mark_dynamic",
+    "mark_static",
     "lookup_backend",
     "optimize",
     "optimize_with_callback",

@@ -81,6 +81,32 @@ class OptimizedModule(torch.nn.Module):
         return self._orig_mod.load_state_dict(state_dict, strict=strict, assign=assign)
 
 
+# torch.compile's modes, as the backend options each one stands for (torch's option names).
+MODE_OPTIONS: Dict[str, Dict[str, Any]] = {
+    "default": {},
+    "reduce-overhead": {"triton.cudagraphs": True},
+    "max-autotune-no-cudagraphs": {"max_autotune": True, "coordinate_descent_tuning": True},
+    "max-autotune": {"max_autotune": True, "triton.cudagraphs": True, "coordinate_descent_tuning": True},
+}
+
+
+def _backend_options(mode: Optional[str], options: Optional[Dict[str, Any]], compiler_fn: Callable) -> Dict[str, Any]:
+    """The options `compiler_fn` gets: those of `mode`, or `options`, checked against the names the
+    backend knows (`known_options`, where it declares them) now rather than at the first call."""
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    if mode is not None and mode not in MODE_OPTIONS:
+        raise RuntimeError(f"Unrecognized mode={mode}, should be one of: {', '.join(MODE_OPTIONS)}")
+    chosen = dict(MODE_OPTIONS[mode]) if mode is not None else dict(options or {})
+    known = getattr(compiler_fn, "known_options", None)
+    for key in chosen if known is not None else ():
+        if key not in known:
+            raise RuntimeError(f"Unexpected optimization option {key}, known options are {sorted(known)}")
+    return chosen
+
+
 def _accepts_keyword(fn: Callable, name: str) -> bool:
     try:
         return name in inspect.signature(fn).parameters
@@ -94,6 +120,7 @@ def compile(
     backend: Union[str, Callable] = "eager",
     fullgraph: bool = False,
     dynamic: Optional[bool] = None,
+    mode: Optional[str] = None,
     options: Optional[Dict[str, Any]] = None,
 ) -> Any:
     """Compile a function or an nn.Module, like `torch.compile`.
@@ -101,15 +128,16 @@ def compile(
     A module comes back as an `OptimizedModule` (its `forward` compiled, everything else the
     original's); a function comes back compiled. Usable as `@compile` or `@compile(backend=...)`.
     `fullgraph=True` raises on anything that would break the graph. `dynamic` is passed to
-    `optimize` when it supports it. `options` go to backends that take an `options` keyword.
+    `optimize` when it supports it. `mode` ("default", "reduce-overhead", "max-autotune",
+    "max-autotune-no-cudagraphs") stands for the options torch.compile gives it; options (from `mode`
+    or `options`, not both) go to backends that take an `options` keyword.
     """
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    compiler_fn = lookup_backend(backend)
+    options = _backend_options(mode, options, compiler_fn)
     if model is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic, options=options)
     if not callable(model):
         raise TypeError(f"compile() expects a function or an nn.Module, got {type(model).__name__}")
-    compiler_fn = lookup_backend(backend)
     if options and _accepts_keyword(compiler_fn, "options"):
         compiler_fn = functools.partial(compiler_fn, options=options)
     kwargs = {"dynamic": dynamic} if dynamic is not None and _accepts_keyword(eval_frame.optimize, "dynamic") else {}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import time
 import types
 import warnings
@@ -101,7 +102,7 @@ class ConvertFrame:
         self.frame_states: "weakref.WeakKeyDictionary[types.CodeType, Dict[str, Any]]" = weakref.WeakKeyDictionary()
 
     def __call__(self, frame: Any) -> Optional[GuardedCode]:
-        if frame_skip_reason(frame) is not None:
+        if frame_skip_reason(frame, sys._getframe(1)) is not None:
             return None
         record = FrameRecord(frame.f_code)
         record.recompile_reason = recompile_reason(frame, owner=self)

@@ -1,9 +1,10 @@
 """Dynamic shapes: which dims of a graph input are symbolic, the sources of symbolic sizes, and
 the shape guards of a compile.
 
-A dim is symbolic when the user marked it (`mark_dynamic`), when `optimize(dynamic=True)`, or
-(automatic dynamic, `dynamic=None`) when an earlier compile of the same code saw another size
-there. Sizes 0 and 1 always stay static, as in torch: code often behaves differently for them.
+A dim is symbolic when the user marked it (`mark_dynamic`, minidynamo's or torch._dynamo's), when
+`optimize(dynamic=True)`, or (automatic dynamic, `dynamic=None`) when an earlier compile of the same
+code saw another size there, unless `mark_static` pinned it. Sizes 0 and 1 always stay static, as in
+torch: code often behaves differently for them.
 """
 from __future__ import annotations
 
@@ -18,35 +19,55 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 from .source import ChainedSource, Source
 
-DYNAMIC_DIMS_ATTR = "_minidynamo_dynamic_dims"
+# The attributes torch._dynamo.mark_dynamic / mark_static set: a dim marked by either API counts.
+DYNAMIC_DIMS_ATTR = "_dynamo_dynamic_indices"
+STATIC_DIMS_ATTR = "_dynamo_static_indices"
 _SIZES_KEY = "input_sizes"  # frame_state[_SIZES_KEY][source name]: sizes seen, None where they varied
+
+
+def _dims_in_range(tensor: torch.Tensor, index: Union[int, Sequence[int]], api: str) -> Set[int]:
+    dims = [index] if isinstance(index, int) else list(index)
+    for dim in dims:
+        if not -tensor.dim() <= dim < tensor.dim():
+            raise IndexError(f"{api}: dim {dim} out of range for a {tensor.dim()}-d tensor")
+    return {d % tensor.dim() for d in dims}
 
 
 def mark_dynamic(tensor: torch.Tensor, index: Union[int, Sequence[int]]) -> None:
     """Compile `tensor`'s dim(s) `index` with a symbolic size from the first compile on."""
-    dims = [index] if isinstance(index, int) else list(index)
-    for dim in dims:
-        if not -tensor.dim() <= dim < tensor.dim():
-            raise IndexError(f"mark_dynamic: dim {dim} out of range for a {tensor.dim()}-d tensor")
-    marked = set(getattr(tensor, DYNAMIC_DIMS_ATTR, ())) | {d % tensor.dim() for d in dims}
+    marked = set(getattr(tensor, DYNAMIC_DIMS_ATTR, ())) | _dims_in_range(tensor, index, "mark_dynamic")
     setattr(tensor, DYNAMIC_DIMS_ATTR, marked)
 
 
+def mark_static(tensor: torch.Tensor, index: Optional[Union[int, Sequence[int]]] = None) -> None:
+    """Keep `tensor`'s dim(s) `index` (all when None) static, even under `dynamic=True` or after a
+    size change; `mark_dynamic` on the same dim wins."""
+    dims = range(tensor.dim()) if index is None else index
+    marked = set(getattr(tensor, STATIC_DIMS_ATTR, ())) | _dims_in_range(tensor, dims, "mark_static")
+    setattr(tensor, STATIC_DIMS_ATTR, marked)
+
+
+def _marked(value: torch.Tensor, attr: str) -> Set[int]:
+    return {d % value.dim() for d in getattr(value, attr, ()) if -value.dim() <= d < value.dim()}
+
+
 def is_marked(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) and bool(getattr(value, DYNAMIC_DIMS_ATTR, ()))
+    return isinstance(value, torch.Tensor) and bool(_marked(value, DYNAMIC_DIMS_ATTR))
 
 
 def dynamic_dims(value: torch.Tensor, name: str, dynamic: Optional[bool], frame_state: Dict[str, Any]) -> Tuple[int, ...]:
     """The dims of graph input `value` (found at source `name`) to trace with symbolic sizes."""
     if dynamic is False:
         return ()
+    marked = _marked(value, DYNAMIC_DIMS_ATTR)
     if dynamic:
         dims: Set[int] = set(range(value.dim()))
     else:
-        dims = set(getattr(value, DYNAMIC_DIMS_ATTR, ()))
+        dims = set(marked)
         seen = frame_state.get(_SIZES_KEY, {}).get(name)
         if seen is not None and len(seen) == value.dim():
             dims |= {d for d, size in enumerate(seen) if size != value.size(d)}
+    dims -= _marked(value, STATIC_DIMS_ATTR) - marked
     return tuple(d for d in sorted(dims) if value.size(d) > 1)
 
 

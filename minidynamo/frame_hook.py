@@ -33,4 +33,8 @@ def disabled(fn: Callable) -> Callable:
 
 
 def is_disabled(fn: Any) -> bool:
-    return isinstance(fn, _C.CallbackWrapper) and fn.callback is None
+    """Wrapped by `minidynamo.disable` or by `torch.compiler.disable` (`torch._dynamo.disable`)."""
+    if isinstance(fn, _C.CallbackWrapper):
+        return fn.callback is None
+    return (isinstance(fn, types.FunctionType) and getattr(fn, "_torchdynamo_disable", False) is True
+            and hasattr(fn, "_torchdynamo_orig_callable"))

@@ -13,9 +13,11 @@ import os
 import site
 import sys
 import types
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
+import torch._dynamo.eval_frame
+import torch._dynamo.external_utils
 
 from . import _C
 
@@ -30,6 +32,9 @@ _THIRD_PARTY_SKIP = {"_pytest", "pytest", "pluggy", "numpy", "tqdm", "tabulate",
 # torch.nn's modules are user-facing code: their forward frames are converted like the user's own.
 _CONVERTIBLE_TORCH_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 _MODULE_BASE_FILE = torch.nn.modules.module.__file__
+# Code made by exec/compile() (`<string>`, torch.fx's `<eval_with_key>.N`, doctest, notebooks) is the
+# user's; these pseudo-files are the standard library's frozen modules and numpy's dispatch shims.
+_GENERATED_LIBRARY_CODE = ("<frozen ", "<__array_function__ internals>")
 
 
 def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None) -> Optional[str]:
@@ -47,8 +52,8 @@ def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None
         return "library code"
     if filename.startswith(_STDLIB_DIR) and not filename.startswith(_SITE_DIRS):
         return "library code"
-    if filename.startswith("<") and filename not in ("<string>", "<stdin>") and not filename.startswith("<ipython"):
-        return "generated code"
+    if filename.startswith(_GENERATED_LIBRARY_CODE):
+        return "library code"
     return None
 
 
@@ -65,15 +70,46 @@ def _may_use_tensors(frame: Any) -> bool:
     if any(_holds_tensors(v) for v in frame.f_locals.values()):
         return True
     names = frame.f_code.co_names
-    return any(frame.f_globals.get(n) is torch or _holds_tensors(frame.f_globals.get(n), 0) for n in names)
+    return any(_is_torch_api(frame.f_globals.get(n)) or _holds_tensors(frame.f_globals.get(n), 0) for n in names)
 
 
-def frame_skip_reason(frame: Any) -> Optional[str]:
-    """Why the frame callback leaves `frame` (a `_C.FrameInfo`) unconverted, or None to convert it.
-    Frames with no tensors in reach (arguments, or globals the code names) have nothing to trace."""
+def _is_torch_api(value: Any) -> bool:
+    """torch, a module of it, or a function or class from it (`from torch import ones`, `nn`, `F`)."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__.split(".")[0] == "torch"
+    return str(getattr(value, "__module__", None)).split(".")[0] == "torch"
+
+
+def _nested_code(outer: Callable, name: str) -> Optional[types.CodeType]:
+    return next((c for c in outer.__code__.co_consts if isinstance(c, types.CodeType) and c.co_name == name), None)
+
+
+# The wrappers torch.compiler.disable / torch._dynamo.disable put around a function: what runs under
+# `_fn` (recursive, the default) or straight inside the non-recursive wrapper is left alone, as torch does.
+_TORCH_DISABLE_CODE = _nested_code(torch._dynamo.eval_frame.DisableContext.__call__, "_fn")
+_TORCH_NONRECURSIVE_DISABLE_CODE = _nested_code(torch._dynamo.external_utils.get_nonrecursive_disable_wrapper,
+                                                "nonrecursive_disable_wrapper")
+
+
+def _disabled_by_torch(caller: Any) -> bool:
+    if caller is not None and caller.f_code is _TORCH_NONRECURSIVE_DISABLE_CODE:
+        return True
+    while caller is not None:
+        if caller.f_code is _TORCH_DISABLE_CODE:
+            return True
+        caller = caller.f_back
+    return False
+
+
+def frame_skip_reason(frame: Any, caller: Optional[types.FrameType] = None) -> Optional[str]:
+    """Why the frame callback leaves `frame` (a `_C.FrameInfo`, called from Python frame `caller`)
+    unconverted, or None to convert it. Frames with no tensors in reach (arguments, or globals the
+    code names: tensors, modules, torch's functions that make tensors) have nothing to trace."""
     reason = skip_reason(frame.f_code, frame.f_globals)
     if reason is None and not _may_use_tensors(frame):
         return "no tensors in reach"
+    if reason is None and _disabled_by_torch(caller):
+        return "run under torch.compiler.disable"
     return reason
 
 

@@ -137,6 +137,38 @@ def test_mark_dynamic_on_a_later_argument():
     assert cnt.frame_count == 1 and size_inputs(cnt.graphs[0]) == ["l_x_size_0"]
 
 
+def test_torch_dynamo_mark_dynamic_is_honoured():
+    def make(b):
+        x = torch.randn(b, 3, 2)
+        torch._dynamo.mark_dynamic(x, 0)
+        return (x,)
+
+    cnt = run_sizes(batch_ops, [5, 6, 7], make)
+    assert cnt.frame_count == 1 and size_inputs(cnt.graphs[0]) == ["l_x_size_0"]
+
+
+@pytest.mark.parametrize("mark_static", [minidynamo.mark_static, torch._dynamo.mark_static])
+def test_mark_static_keeps_a_dim_static_under_dynamic_true(mark_static):
+    def make(b):
+        x = torch.randn(b, 3, 2)
+        mark_static(x, 0)
+        return (x,)
+
+    cnt = run_sizes(batch_ops, [4, 7, 9], make, dynamic=True)
+    assert cnt.frame_count == 3 and size_inputs(cnt.graphs[0]) == ["l_x_size_1", "l_x_size_2"]
+
+
+def test_mark_dynamic_wins_over_mark_static():
+    def make(b):
+        x = torch.randn(b, 3, 2)
+        minidynamo.mark_static(x)
+        minidynamo.mark_dynamic(x, 0)
+        return (x,)
+
+    cnt = run_sizes(batch_ops, [4, 7, 9], make)
+    assert cnt.frame_count == 1 and size_inputs(cnt.graphs[0]) == ["l_x_size_0"]
+
+
 def test_mark_dynamic_rejects_bad_dims():
     with pytest.raises(IndexError):
         minidynamo.mark_dynamic(torch.randn(2, 3), 2)

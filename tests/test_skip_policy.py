@@ -29,7 +29,9 @@ def code_at(filename, name="f"):
 
 def test_user_code_is_converted():
     assert skip_reason(user_fn.__code__, user_fn.__globals__) is None
-    for filename in ("<string>", "<stdin>", "<ipython-input-3-0123>"):  # code typed or exec'd by the user
+    # code typed or exec'd by the user, torch.fx's generated forward code, doctest examples, any other exec
+    for filename in ("<string>", "<stdin>", "<ipython-input-3-0123>", "<eval_with_key>.7", "<doctest m.f[0]>",
+                     "<generated>"):
         assert skip_reason(code_at(filename), {"__name__": "__main__"}) is None
 
 
@@ -84,9 +86,9 @@ def test_listed_third_party_libraries_and_namedtuple_internals_are_skipped():
     assert skip_reason(point.__new__.__code__, point.__new__.__globals__) == "namedtuple internals"
 
 
-def test_generated_code_is_skipped():
-    assert skip_reason(code_at("<generated>"), {"__name__": "__main__"}) == "generated code"
-    assert skip_reason(posixpath.join.__code__, vars(posixpath)) == "generated code"  # <frozen posixpath>
+def test_frozen_standard_library_modules_are_skipped():
+    assert skip_reason(posixpath.join.__code__, vars(posixpath)) == "library code"  # <frozen posixpath>
+    assert skip_reason(code_at("<frozen importlib._bootstrap>"), {"__name__": "importlib._bootstrap"}) == "library code"
 
 
 def test_frames_with_no_tensors_in_reach_are_skipped():

@@ -89,6 +89,33 @@ def test_options_must_be_a_dict_and_reach_backends_that_take_them():
     minidynamo.compile(smooth, backend="eager", options={"ignored": True})(torch.randn(2))
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+def test_torch_compile_modes_are_accepted_and_reach_backends_as_options(mode):
+    seen = []
+
+    def backend(gm, example_inputs, options=None):
+        seen.append(options)
+        return gm.forward
+
+    x = torch.randn(3)
+    torch.testing.assert_close(minidynamo.compile(smooth, backend=backend, mode=mode)(x), smooth(x))
+    assert seen == [minidynamo.compile_api.MODE_OPTIONS[mode] or None]
+    for backend_name in ("eager", "cpp"):
+        torch.testing.assert_close(minidynamo.compile(smooth, backend=backend_name, mode=mode)(x), smooth(x))
+
+
+def test_unknown_modes_and_options_are_rejected_like_torch():
+    with pytest.raises(RuntimeError, match="Unrecognized mode=fastest, should be one of: default, reduce-overhead"):
+        minidynamo.compile(smooth, mode="fastest")
+    with pytest.raises(RuntimeError, match="Either mode or options can be specified"):
+        minidynamo.compile(smooth, mode="max-autotune", options={"max_autotune": True})
+    with pytest.raises(RuntimeError, match="Unexpected optimization option no_such_option, known options are"):
+        minidynamo.compile(smooth, backend="cpp", options={"no_such_option": 1})
+    with pytest.raises(RuntimeError, match="Unrecognized mode"):  # as a decorator factory too, before any call
+        minidynamo.compile(mode="turbo")
+    minidynamo.compile(smooth, backend="cpp", options={"max_autotune": True})(torch.randn(2))
+
+
 def test_dynamic_is_accepted():
     x = torch.randn(3)
     torch.testing.assert_close(minidynamo.compile(smooth, dynamic=True)(x), smooth(x))

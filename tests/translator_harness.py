@@ -15,6 +15,7 @@ import os
 import re
 from typing import Callable, Optional, Set, Tuple
 
+import numpy as np
 import pytest
 import torch
 
@@ -166,6 +167,8 @@ def _clone(value):
         if value.requires_grad:
             out.requires_grad_(True)
         return out
+    if isinstance(value, np.ndarray):
+        return value.copy()
     if isinstance(value, list):
         return [_clone(v) for v in value]
     if isinstance(value, tuple) and hasattr(value, "_fields"):
@@ -193,6 +196,16 @@ def assert_equal(actual, expected, path: str = "out") -> None:
         assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
         assert actual.requires_grad == expected.requires_grad, f"{path}: requires_grad differs"
         torch.testing.assert_close(actual.detach(), expected.detach(), equal_nan=True, msg=lambda m: f"{path}: {m}")
+        return
+    if isinstance(expected, np.ndarray):
+        assert isinstance(actual, np.ndarray), f"{path}: expected an ndarray, got {type(actual)}"
+        assert actual.shape == expected.shape, f"{path}: shape {actual.shape} != {expected.shape}"
+        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} != {expected.dtype}"
+        np.testing.assert_allclose(actual, expected, rtol=1.3e-6, atol=1e-5, equal_nan=True, err_msg=path)
+        return
+    if isinstance(expected, np.generic):
+        assert isinstance(actual, (np.generic, np.ndarray)), f"{path}: expected a numpy scalar, got {type(actual)}"
+        np.testing.assert_allclose(actual, expected, rtol=1.3e-6, atol=1e-5, equal_nan=True, err_msg=path)
         return
     if isinstance(expected, torch.nn.Module):
         assert actual is expected, f"{path}: a different module came back"

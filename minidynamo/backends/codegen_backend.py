@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -66,7 +66,13 @@ def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
 
 
 class CodegenBackend:
-    """A torch.compile-style backend over one of our code generators (`compile_graph`)."""
+    """A torch.compile-style backend over one of our code generators (`compile_graph`).
+
+    It takes the options torch.compile's modes stand for and needs none of them: Triton kernels
+    always time their candidate launch configs, the C++ renderer tunes each kernel as it writes it,
+    and graphs are not captured as CUDA graphs."""
+
+    known_options = frozenset({"max_autotune", "coordinate_descent_tuning", "triton.cudagraphs"})
 
     def __init__(self, name: str, compile_graph: Callable[[torch.fx.GraphModule, List[torch.Tensor]], Callable]):
         self.__name__ = name
@@ -119,7 +125,8 @@ class CodegenBackend:
         compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed, bw_compiler=boxed)
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor],
+                 options: Optional[Dict[str, Any]] = None) -> Callable:
         if not static_tensors(example_inputs) or under_functorch(gm, example_inputs) or sets_grad_mode(gm):
             return gm.forward
         if needs_grad(gm, example_inputs):

@@ -25,7 +25,8 @@ from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, 
                    WeakRefVariable, WithExitVariable, is_torch_object)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
-from .torch import FunctorchFunctionVariable, TorchVariable, is_functorch_function, unconverted_wrapper
+from .torch import (FunctorchFunctionVariable, TorchVariable, is_allowed_in_graph, is_functorch_function,
+                    unconverted_wrapper)
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 
 # Builtin classes that behave like functions when called while tracing.
@@ -107,7 +108,16 @@ class VariableBuilder:
         if unconverted_wrapper(value) is not None:
             self.guard(GuardKind.ID_MATCH, value)
             return DisabledFunctionVariable(unconverted_wrapper(value))  # no source: the wrapper is rebuilt
-        if is_torch_object(value) and callable(value) and not isinstance(value, _CONTEXT_MANAGER_OBJECTS):
+        if is_disabled(value):
+            if isinstance(value, types.FunctionType) and source is not None:
+                # torch.compiler.disable(f) made in the frame is a new wrapper on each call: what it runs is the guard
+                for attr in ("__code__", "_torchdynamo_orig_callable"):
+                    VariableBuilder(tx, AttrSource(source, attr)).guard(GuardKind.ID_MATCH, getattr(value, attr))
+            else:
+                self.guard(GuardKind.ID_MATCH, value)
+            return DisabledFunctionVariable(value, source)
+        if is_allowed_in_graph(value) or (
+                is_torch_object(value) and callable(value) and not isinstance(value, _CONTEXT_MANAGER_OBJECTS)):
             self.guard(GuardKind.ID_MATCH, value)
             return TorchVariable(value, source)
         if isinstance(value, types.FunctionType):
@@ -124,9 +134,6 @@ class VariableBuilder:
         if type(value) is weakref.ref:
             self.guard(GuardKind.TYPE_MATCH, type(value))
             return WeakRefVariable(value, source)
-        if is_disabled(value):
-            self.guard(GuardKind.ID_MATCH, value)
-            return DisabledFunctionVariable(value, source)
         if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             func_source = source and AttrSource(source, "__func__")

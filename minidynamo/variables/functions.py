@@ -8,6 +8,7 @@ import types
 from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented
+from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, CellContentsSource, ContainsSource, DefaultsSource, GetItemSource
 from .base import VariableTracker
@@ -115,6 +116,8 @@ class BaseUserFunctionVariable(VariableTracker):
             reals = [a.real_value() if a.real_value() is not None else a for a in args]
             if all(not isinstance(r, VariableTracker) for r in reals):
                 return tx.wrap_constant(self.fn(*reals))
+        if is_disabled(getattr(self, "fn", None)):  # a method wrapped by torch.compiler.disable
+            unimplemented(f"a call to {self.get_code().co_qualname} (compiling disabled by a disable() wrapper)")
         if self.get_code().co_flags & CO_ASYNC:
             unimplemented(f"calling coroutine function {self.get_code().co_name}")
         module = self.get_globals().get("__name__", "")

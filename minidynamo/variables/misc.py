@@ -229,14 +229,14 @@ class RestoreGradMode:
 
 
 class DisabledFunctionVariable(VariableTracker):
-    """A function wrapped in minidynamo.disable(): always called in plain Python."""
+    """A function wrapped in minidynamo.disable() or torch.compiler.disable(): always called in plain Python."""
 
     def __init__(self, fn: Any, source=None) -> None:
         super().__init__(source)
         self.fn = fn
 
     def describe(self) -> str:
-        return f"{getattr(self.fn, '__qualname__', 'function')} (wrapped in minidynamo.disable)"
+        return f"{getattr(self.fn, '__qualname__', 'function')} (compiling disabled by a disable() wrapper)"
 
     def real_object(self) -> Any:
         return self.fn

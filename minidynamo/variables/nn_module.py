@@ -18,6 +18,9 @@ from .functions import UserMethodVariable
 from .lists import ListIteratorVariable, TupleVariable
 from .user_defined import UserDefinedClassVariable, iterate_object, lookup_class_attribute
 
+# The __call__ torch.fx gives each GraphModule class: nn.Module.__call__ with fx's traceback reporting.
+_GRAPH_MODULE_CALL = next(c for c in torch.fx.GraphModule.recompile.__code__.co_consts
+                          if isinstance(c, types.CodeType) and c.co_name == "call_wrapped")
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
                       "_global_backward_pre_hooks")
@@ -160,7 +163,7 @@ class NNModuleVariable(VariableTracker):
         """`module(*args)`: the class's __call__; nn.Module's runs `self.forward` when there are no hooks."""
         call = class_attribute(type(self.module), "__call__")
         self._guard_class_attribute(tx, "__call__")
-        if call is not torch.nn.Module.__call__:
+        if call is not torch.nn.Module.__call__ and getattr(call, "__code__", None) is not _GRAPH_MODULE_CALL:
             if not isinstance(call, types.FunctionType):
                 unimplemented(f"{type(self.module).__name__}.__call__ is not a Python function")
             return UserMethodVariable(call, self).call_function(tx, args, kwargs)

@@ -8,6 +8,7 @@ import types
 from typing import Any, Callable, Dict, List
 
 import torch
+import torch._dynamo.trace_rules
 import torch.fx
 
 from ..exc import unimplemented
@@ -81,6 +82,7 @@ _IS_COMPILING = _existing(
     "torch._utils.is_compiling",
 )
 _NOT_IN_GRAPH = {
+    torch._dynamo.graph_break: "torch._dynamo.graph_break()",
     torch.manual_seed: "seeding the random generator",
     torch.save: "torch.save",
     torch.load: "torch.load",
@@ -152,6 +154,12 @@ class FunctorchFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         unimplemented(f"calling a {self.describe()}: function transforms run in Python")
+
+
+def is_allowed_in_graph(value: Any) -> bool:
+    """Whether `torch.compiler.allow_in_graph(value)` asked for calls of `value` to be one opaque node
+    of the graph instead of being traced into (the registry the decorator writes, read as it is)."""
+    return id(value) in torch._dynamo.trace_rules._allowed_callable_ids
 
 
 def _holds_tensor(value: VariableTracker) -> bool:
