@@ -9,7 +9,7 @@
 
 #include <structmember.h>
 
-enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST };
+enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST, ACC_DICT };
 enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL, CHK_HASATTR, CHK_CONTAINS, CHK_DISTINCT };
 
 #define STACK_VALUES 64
@@ -328,6 +328,10 @@ static PyObject *fetch(GuardSet *gs, Env *env, int i)
         parent = fetch(gs, env, a->parent);
         v = parent != NULL ? PyObject_GetItem(parent, a->key) : NULL;
         break;
+    case ACC_DICT: /* the instance dict generic attribute lookup reads, without a lookup of `__dict__` */
+        parent = fetch(gs, env, a->parent);
+        v = parent != NULL ? PyObject_GenericGetDict(parent, NULL) : NULL;
+        break;
     }
     if (v == NULL)
         PyErr_Clear();
@@ -336,13 +340,35 @@ static PyObject *fetch(GuardSet *gs, Env *env, int i)
     return v;
 }
 
+static int compare_pointers(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(PyObject *const *)a, y = (uintptr_t)*(PyObject *const *)b;
+    return (x > y) - (x < y);
+}
+
+/* 1 when no two of `values` are the same object; a model's hundreds of parameters are sorted (a
+ * copy), a few tensors compared pairwise. -1 on memory error. */
 static int distinct(PyObject **values, int n)
 {
-    for (int i = 0; i < n; i++)
-        for (int j = i + 1; j < n; j++)
-            if (values[i] == values[j])
-                return 0;
-    return 1;
+    if (n <= 16) {
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n; j++)
+                if (values[i] == values[j])
+                    return 0;
+        return 1;
+    }
+    PyObject **sorted = PyMem_Malloc(sizeof(PyObject *) * n);
+    if (sorted == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(sorted, values, sizeof(PyObject *) * n);
+    qsort(sorted, n, sizeof(PyObject *), compare_pointers);
+    int ok = 1;
+    for (int i = 1; i < n && ok; i++)
+        ok = sorted[i] != sorted[i - 1];
+    PyMem_Free(sorted);
+    return ok;
 }
 
 static int check_tensors(GuardSet *gs, Env *env)
@@ -360,7 +386,7 @@ static int check_tensors(GuardSet *gs, Env *env)
     }
     if (ok)
         ok = distinct(tensors, gs->n_tensors);
-    if (ok) {
+    if (ok > 0) {
         PyObject *r = PyObject_Vectorcall(gs->tensor_check, tensors, gs->n_tensors, NULL);
         ok = r == NULL ? -1 : PyObject_IsTrue(r);
         Py_XDECREF(r);
@@ -458,7 +484,7 @@ static PyObject *guardset_call(PyObject *self, PyObject *args, PyObject *kwargs)
         return NULL;
     GuardSet *gs = (GuardSet *)self;
     Env env = {NULL, locals, globals, NULL, NULL};
-    int ok = eval_env(gs, &env, 0);
+    int ok = eval_env(gs, &env, guards_next_epoch());
     return ok < 0 ? NULL : PyBool_FromLong(ok);
 }
 
@@ -473,7 +499,7 @@ static int parse_accessors(GuardSet *gs, PyObject *seq)
         PyObject *key;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "iiOn:accessor", &a->kind, &a->parent, &key, &a->slot))
             return -1;
-        if (a->parent >= i || ((a->kind == ACC_ATTR || a->kind == ACC_ITEM) && a->parent < 0)) {
+        if (a->parent >= i || ((a->kind == ACC_ATTR || a->kind == ACC_ITEM || a->kind == ACC_DICT) && a->parent < 0)) {
             PyErr_Format(PyExc_ValueError, "accessor %d must follow its parent", i);
             return -1;
         }
@@ -657,7 +683,7 @@ int guards_init_types(PyObject *module)
         return -1;
     static const struct { const char *name; int value; } constants[] = {
         {"ACC_LOCAL", ACC_LOCAL}, {"ACC_GLOBAL", ACC_GLOBAL}, {"ACC_ATTR", ACC_ATTR}, {"ACC_ITEM", ACC_ITEM},
-        {"ACC_CONST", ACC_CONST}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
+        {"ACC_CONST", ACC_CONST}, {"ACC_DICT", ACC_DICT}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
         {"CHK_LEN", CHK_LEN}, {"CHK_DICT_KEYS", CHK_DICT_KEYS}, {"CHK_ALIAS", CHK_ALIAS}, {"CHK_CALL", CHK_CALL},
         {"CHK_HASATTR", CHK_HASATTR}, {"CHK_CONTAINS", CHK_CONTAINS}, {"CHK_DISTINCT", CHK_DISTINCT},
     };

@@ -173,7 +173,7 @@ class ConvertFrame:
 
     def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:
         frame_state = self.frame_states.setdefault(frame.f_code, {})
-        output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn, dynamic=self.dynamic,
+        output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn, frame.f_locals, dynamic=self.dynamic,
                              frame_state=frame_state)
         tracer = InstructionTranslator(frame, output, break_at)
         state = GlobalState.capture()

@@ -74,7 +74,7 @@ def transformed_code(output: OutputGraph, ending: FrameEnding, graph_fn: Optiona
 def _call_graph(codegen: PyCodegen, output: OutputGraph, graph_fn: Callable) -> None:
     codegen.load_function(graph_fn)
     for arg in output.graphargs:
-        arg.source.reconstruct(codegen)
+        arg.load_source().reconstruct(codegen)
     codegen.call(len(output.graphargs))
     codegen.graph_output_var = "___graph_out"
     codegen.append("STORE_FAST", codegen.graph_output_var)

@@ -17,7 +17,7 @@ from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
 from .guards import CheckFunction, Guard, GuardKind, NotExpressible, code_for, detach_value, reason_for, render_source
-from .module_lookup import module_attribute_home
+from .module_lookup import class_attribute, module_item_source
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
                      ModuleGlobalsSource, Source)
 
@@ -31,6 +31,30 @@ def local_slots(code: types.CodeType) -> Dict[str, int]:
     names += [c for c in code.co_cellvars if c not in code.co_varnames]
     names += list(code.co_freevars)
     return {name: i for i, name in enumerate(names)}
+
+
+_OBJECT_CLASS = object.__dict__["__class__"]
+_HEAPTYPE = 1 << 9
+
+
+def _reads_instance_dict(cls: type) -> bool:
+    """Whether `x.__dict__` of a `cls` instance is the dict generic attribute lookup reads: a Python
+    class whose `__dict__` is the descriptor `class` statements create."""
+    descriptor = class_attribute(cls, "__dict__")
+    return bool(cls.__flags__ & _HEAPTYPE) and isinstance(descriptor, types.GetSetDescriptorType) \
+        and bool(getattr(descriptor, "__objclass__", object).__flags__ & _HEAPTYPE)
+
+
+def _spec_key(spec: Tuple[int, int, Any, int]) -> Any:
+    """What makes two accessors the same: kind, parent and key (a constant by identity)."""
+    kind, parent, key, _ = spec
+    if kind == _C.ACC_CONST:
+        return (kind, id(key))
+    try:
+        hash(key)
+    except TypeError:
+        return (kind, parent, id(key))
+    return (kind, parent, type(key), key)
 
 
 def _static_dims(values: Sequence[int], dynamic: Sequence[int]) -> List[Optional[int]]:
@@ -47,6 +71,7 @@ class GuardSetBuilder:
         self.namespaces = namespaces
         self.accessors: List[Tuple[int, int, Any, int]] = []
         self.accessor_index: Dict[str, int] = {}
+        self.spec_index: Dict[Any, int] = {}
         self.items: List[Tuple[Any, int, int]] = []
         self.shared = _shared.setdefault(code, {})
         self.weak_checks: List[Any] = []
@@ -56,25 +81,34 @@ class GuardSetBuilder:
         return eval(source.name(), self.scope)
 
     def accessor(self, source: Source) -> int:
+        """The index of the accessor reaching `source`; sources that reach the same value the same
+        way (the class of two instances of one class, then its attributes) share one accessor."""
         name = source.name()
         if name not in self.accessor_index:
             spec = self._accessor_spec(source)
-            self.accessors.append(spec)
-            self.accessor_index[name] = len(self.accessors) - 1
+            key = _spec_key(spec)
+            if key not in self.spec_index:
+                self.accessors.append(spec)
+                self.spec_index[key] = len(self.accessors) - 1
+            self.accessor_index[name] = self.spec_index[key]
         return self.accessor_index[name]
 
     def _accessor_spec(self, source: Source) -> Tuple[int, int, Any, int]:
+        if isinstance(source, AttrSource) and source.member in ("__class__", "__dict__"):
+            spec = self._instance_spec(source)
+            if spec is not None:
+                return spec
         if isinstance(source, LocalSource):
             return (_C.ACC_LOCAL, -1, source.local_name, self.slots[source.local_name])
         if isinstance(source, GlobalSource):
             return (_C.ACC_GLOBAL, -1, source.global_name, 0)
         if isinstance(source, ModuleGlobalsSource):
             return (_C.ACC_CONST, -1, source.namespace, 0)
+        if isinstance(source, (AttrSource, GetItemSource)):
+            entry = module_item_source(self.value_of(source.base), source)
+            if entry is not None:  # an item of the dict Python reads it from, not a getattr through the class
+                return (_C.ACC_ITEM, self.accessor(entry.base), entry.index, 0)
         if isinstance(source, AttrSource):
-            base = self.value_of(source.base)
-            home = module_attribute_home(base, source.member) if isinstance(base, torch.nn.Module) else None
-            if home is not None:  # an item of the dict Python reads it from, not a getattr through the class
-                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, home)), source.member, 0)
             return (_C.ACC_ATTR, self.accessor(source.base), source.member, 0)
         if isinstance(source, CellContentsSource):
             return (_C.ACC_ATTR, self.accessor(source.base), "cell_contents", 0)
@@ -82,14 +116,22 @@ class GuardSetBuilder:
             table = AttrSource(source.base, "__kwdefaults__" if source.kwonly else "__defaults__")
             return (_C.ACC_ITEM, self.accessor(table), source.index, 0)
         if isinstance(source, GetItemSource):
-            base = self.value_of(source.base)
-            if isinstance(base, (torch.nn.ModuleList, torch.nn.Sequential)) and isinstance(source.index, int):
-                key = list(base._modules)[source.index]  # the dict entry, not the Python __getitem__
-                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, "_modules")), key, 0)
-            if isinstance(base, torch.nn.ModuleDict) and isinstance(source.index, str):
-                return (_C.ACC_ITEM, self.accessor(AttrSource(source.base, "_modules")), source.index, 0)
             return (_C.ACC_ITEM, self.accessor(source.base), source.index, 0)
         raise NotExpressible(type(source).__name__)
+
+    def _instance_spec(self, source: AttrSource) -> Optional[Tuple[int, int, Any, int]]:
+        """`x.__class__` as the class itself, once `type(x)` is checked (Python looks attributes up on
+        `type(x)`), and `x.__dict__` as the instance dict read directly; None where a class overrides
+        what these names mean."""
+        cls = type(self.value_of(source.base))
+        if source.member == "__class__":
+            if class_attribute(cls, "__class__") is not _OBJECT_CLASS:
+                return None
+            self.item(self.weak_check(f"type({source.base.name()})", _C.CHK_TYPE, cls), self.accessor(source.base))
+            return (_C.ACC_CONST, -1, cls, 0)
+        if not _reads_instance_dict(cls):
+            return None
+        return (_C.ACC_DICT, self.accessor(source.base), "__dict__", 0)
 
     def check(self, key: Tuple, kind: int, expected: Any, same: Optional[Callable[[Any], bool]] = None,
               **kwargs: Any) -> Any:

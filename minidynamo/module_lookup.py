@@ -2,9 +2,12 @@
 and by the guards that repeat its reads from the same dict."""
 from __future__ import annotations
 
-from typing import Any, Optional
+import dataclasses
+from typing import Any, Callable, Optional
 
 import torch
+
+from .source import AttrSource, GetItemSource, Source
 
 MISSING = object()
 # Module.__getattr__ searches these instance dicts, in this order, when Python's lookup finds nothing.
@@ -34,3 +37,30 @@ def module_attribute_home(module: torch.nn.Module, name: str) -> Optional[str]:
     if static is not MISSING or class_attribute(cls, "__getattr__") is not torch.nn.Module.__getattr__:
         return None
     return next((table for table in MODULE_TABLES if name in module.__dict__.get(table, ())), None)
+
+
+def module_item_source(owner: Any, source: Source) -> Optional[Source]:
+    """`source` (one attribute or index step on `owner`) as the dict entry Python's lookup reads when
+    `owner` is an nn.Module: `m.weight` is `m._parameters['weight']`, `seq[0]` is `seq._modules['0']`;
+    None where the step is not such an entry."""
+    if not isinstance(owner, torch.nn.Module) or not isinstance(source, (AttrSource, GetItemSource)):
+        return None
+    if isinstance(source, AttrSource):
+        home = module_attribute_home(owner, source.member)
+        return None if home is None else GetItemSource(AttrSource(source.base, home), source.member)
+    if isinstance(owner, (torch.nn.ModuleList, torch.nn.Sequential)) and type(source.index) is int:
+        keys = list(owner._modules)
+        if -len(keys) <= source.index < len(keys):
+            return GetItemSource(AttrSource(source.base, "_modules"), keys[source.index])
+    if isinstance(owner, torch.nn.ModuleDict) and type(source.index) is str:
+        return GetItemSource(AttrSource(source.base, "_modules"), source.index)
+    return None
+
+
+def direct_source(source: Source, value_of: Callable[[Source], Any]) -> Source:
+    """`source` with every module step read from the dict it lives in (see module_item_source): what
+    generated code loads, skipping Module.__getattr__ and container __getitem__."""
+    if not isinstance(source, (AttrSource, GetItemSource)):
+        return source
+    rebased = dataclasses.replace(source, base=direct_source(source.base, value_of))
+    return module_item_source(value_of(source.base), rebased) or rebased

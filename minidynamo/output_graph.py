@@ -31,6 +31,7 @@ from .backends.registry import backend_name
 from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
 from .guards import Guard, GuardKind, capture_global_state
+from .module_lookup import direct_source
 from .source import AttrSource, Source
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
@@ -55,6 +56,10 @@ class GraphArg:
     source: Source
     example: Union[torch.Tensor, int]  # an int: a symbolic size of an input tensor
     node: torch.fx.Node
+    load: Optional[Source] = None  # how generated code reads it, where that is not `source`
+
+    def load_source(self) -> Source:
+        return self.load or self.source
 
 
 @dataclass
@@ -68,6 +73,7 @@ class OutputGraph:
     code: types.CodeType
     f_globals: Dict[str, Any]
     compiler_fn: Callable
+    f_locals: Dict[str, Any] = field(default_factory=dict)  # the frame's, as it was entered
     graph: torch.fx.Graph = field(default_factory=torch.fx.Graph)
     guards: Dict[Tuple[str, GuardKind], Guard] = field(default_factory=dict)
     graphargs: List[GraphArg] = field(default_factory=list)
@@ -148,7 +154,8 @@ class OutputGraph:
         self._inputs_by_id[id(value)] = variable
         return variable
 
-    def _add_placeholder(self, source: Source, example: Union[torch.Tensor, int]) -> torch.fx.Node:
+    def _add_placeholder(self, source: Source, example: Union[torch.Tensor, int],
+                         load: Optional[Source] = None) -> torch.fx.Node:
         """A graph input after the existing ones (graph inputs come in the order of `graphargs`)."""
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
         if first_op is None:  # inserting_before(None) would insert at the front
@@ -156,7 +163,7 @@ class OutputGraph:
         else:
             with self.graph.inserting_before(first_op):
                 node = self.graph.placeholder(_node_name(source.name()))
-        self.graphargs.append(GraphArg(source, example, node))
+        self.graphargs.append(GraphArg(source, example, node, load))
         return node
 
     def _lift_sizes(self, source: Source, value: torch.Tensor, fake: torch.Tensor, dims: Tuple[int, ...]) -> None:
@@ -187,29 +194,37 @@ class OutputGraph:
     def register_module_tensor(
         self, tx, module: torch.nn.Module, attr: str, tensor: torch.Tensor, module_source: Optional[Source]
     ) -> TensorVariable:
-        """A parameter or buffer, read in the graph through the module that owns it. The graph holds
-        the tensor object itself: guarded by identity (a replaced tensor is not seen otherwise) and
-        by its properties (`.data =` and `requires_grad_` change them in place)."""
+        """A parameter or buffer of a module. With a source it is a graph input, read by generated code
+        from the dict the module keeps it in, and guarded by identity (a replaced tensor is not seen
+        otherwise) and by its properties (`.data =` and `requires_grad_` change them in place).
+        Without one (a module made in the frame) the graph holds the tensor itself."""
         source = module_source and AttrSource(module_source, attr)
         known = self._inputs_by_id.get(id(tensor))
         if known is not None and (source is None or known.source is not None):
             if source is not None and known.source != source:  # tied weights, or a tensor also passed in
                 self.add_guard(Guard(source, GuardKind.ALIAS_OF, known.source))
             return known
+        fake = self.to_fake(tx, tensor)
         if source is not None:
             self.add_guard(Guard(source, GuardKind.ID_MATCH, tensor))
             self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, tensor))
-        key = self._module_keys.get(id(module))
-        if key is None:
-            key = f"m{len(self._module_keys)}_{_node_name(type(module).__name__)}"
-            self._module_keys[id(module)] = key
-            self.root.add_module(key, module)
-        node = self.graph.get_attr(f"{key}.{attr}")
-        fake = self.to_fake(tx, tensor)
-        self._tensor_homes.append((fake, fake._version, tensor))
-        variable = TensorVariable(node, fake, source)
+            node = self._add_placeholder(source, tensor, load=direct_source(source, self.source_value))
+            self._tensor_homes.append((fake, fake._version, len(self.graphargs) - 1))
+            self._inputs_by_source[source.name()] = variable = TensorVariable(node, fake, source)
+        else:
+            key = self._module_keys.get(id(module))
+            if key is None:
+                key = f"m{len(self._module_keys)}_{_node_name(type(module).__name__)}"
+                self._module_keys[id(module)] = key
+                self.root.add_module(key, module)
+            self._tensor_homes.append((fake, fake._version, tensor))
+            variable = TensorVariable(self.graph.get_attr(f"{key}.{attr}"), fake, None)
         self._inputs_by_id[id(tensor)] = variable
         return variable
+
+    def source_value(self, source: Source) -> Any:
+        """The value `source` names in the frame as it was entered."""
+        return eval(source.name(), {**self.namespaces, "L": self.f_locals, "G": self.f_globals})
 
     # ---- recording ops ----
 
