@@ -8,6 +8,7 @@ Python fallback. The set holds no strong reference to the frame's globals (see c
 """
 from __future__ import annotations
 
+import collections
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -229,7 +230,7 @@ def build_check_function(code: types.CodeType, guards: Sequence[Guard], f_locals
 def _python_check(guards: List[Guard], namespaces: Dict[str, Dict[str, Any]]) -> Callable[..., bool]:
     """One Python function, compiled once, for the guards the C guard set leaves to Python, called
     with the frame's locals and globals: each kind's rule says how it reads there."""
-    scope: Dict[str, Any] = {**namespaces, "torch": torch, "types": types, "___reason": reason_for,
+    scope: Dict[str, Any] = {**namespaces, "torch": torch, "types": types, "collections": collections, "___reason": reason_for,
                              "___guards": guards, "___namespaces": namespaces}
     terms = [term for i, guard in enumerate(guards) for term in guard.kind.rule.python_terms(guard, i)]
     source = ("def ___check(L, G):\n    try:\n        return (" + "\n            and ".join(terms or ["True"])

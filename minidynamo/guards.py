@@ -8,6 +8,7 @@ check, and which guards it counts as duplicates. Adding a kind is adding one rul
 from __future__ import annotations
 
 import abc
+import collections
 import enum
 import json
 import math
@@ -562,7 +563,7 @@ def render_source(guards: Sequence[Guard]) -> str:
 def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals: Dict[str, Any],
                    namespaces: Dict[str, Dict[str, Any]]) -> Optional[str]:
     """The first guard that fails on these locals, in words; None if all pass."""
-    scope = {**namespaces, "L": f_locals, "G": f_globals, "torch": torch, "types": types}
+    scope = {**namespaces, "L": f_locals, "G": f_globals, "torch": torch, "types": types, "collections": collections}
     tensors: List[Tuple[str, Any]] = []
     # in the order the C guard set checks them: shape relations last
     for guard in sorted(guards, key=lambda g: g.kind is GuardKind.SHAPE_ENV):

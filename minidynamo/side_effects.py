@@ -2,6 +2,7 @@
 mutations), replayed in order by the generated code after the graph has run."""
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -22,8 +23,12 @@ def replace_set_contents(target: set, items: set) -> None:
 
 
 def replace_dict_contents(target: dict, items: dict) -> None:
-    target.clear()
-    target.update(items)
+    """Through the builtin base's own methods: a subclass's overrides (and OrderedDict's order) are not
+    what the trace changed."""
+    base = collections.OrderedDict if isinstance(target, collections.OrderedDict) else dict
+    base.clear(target)
+    for key, value in items.items():
+        base.__setitem__(target, key, value)
 
 
 @dataclass
@@ -50,11 +55,20 @@ class StoreAttr:
     obj: VariableTracker
     name: str
     value: VariableTracker
+    generic: bool = False  # object.__setattr__, bypassing the class's own __setattr__
 
     def values(self) -> List[VariableTracker]:
         return [self.value]
 
     def codegen(self, codegen: "PyCodegen") -> None:
+        if self.generic:
+            codegen.load_function(object.__setattr__)
+            codegen.reconstruct(self.obj)
+            codegen.load_const(self.name)
+            codegen.reconstruct(self.value)
+            codegen.call(3)
+            codegen.append("POP_TOP")
+            return
         codegen.reconstruct(self.value)
         codegen.reconstruct(self.obj)
         codegen.append("STORE_ATTR", self.name)
@@ -124,10 +138,11 @@ class SideEffects:
         effect = self.effects.get(("global", globals_key, name))
         return effect.value if effect is not None else None
 
-    def store_attr(self, obj: VariableTracker, identity: Any, name: str, value: VariableTracker) -> None:
+    def store_attr(self, obj: VariableTracker, identity: Any, name: str, value: VariableTracker,
+                   generic: bool = False) -> None:
         key = ("attr", id(identity), name)
         self.effects.pop(key, None)
-        self.effects[key] = StoreAttr(obj, name, value)
+        self.effects[key] = StoreAttr(obj, name, value, generic)
 
     def pending_attr(self, identity: Any, name: str) -> Optional[VariableTracker]:
         effect = self.effects.get(("attr", id(identity), name))

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import collections
 import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict
@@ -137,6 +138,10 @@ class DefaultsSource(ChainedSource):
         codegen.append("BINARY_SUBSCR")
 
 
+# Owners of MethodCallSource methods that are not builtins: named through a module guards can read.
+_QUALIFIED_OWNERS = {types.MappingProxyType: "types.MappingProxyType", collections.OrderedDict: "collections.OrderedDict"}
+
+
 @dataclass(frozen=True)
 class MethodCallSource(ChainedSource):
     """The result of a read-only builtin method called on `base`, e.g. `dict.get(L['d'], 'k')`."""
@@ -146,7 +151,7 @@ class MethodCallSource(ChainedSource):
     args: tuple
 
     def name(self) -> str:
-        owner = "types.MappingProxyType" if self.owner is types.MappingProxyType else self.owner.__name__
+        owner = _QUALIFIED_OWNERS.get(self.owner, self.owner.__name__)
         call = f"{owner}.{self.method}({self.base.name()}{''.join(f', {a!r}' for a in self.args)})"
         return f"list({call})" if self.method in ("keys", "values", "items") else call
 

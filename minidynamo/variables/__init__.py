@@ -4,11 +4,12 @@ translator it is handed (`tx.wrap`, `tx.wrap_constant`, `tx.call_operator`)."""
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .lists import BaseListVariable, IteratorVariable, ListIteratorVariable, ListVariable, SetVariable, TupleVariable
+from .deques import DequeVariable
 from .dicts import ConstDictVariable
-from .named_tuple import NamedTupleVariable
-from .sym import SymNodeVariable
 from .misc import BoundMethodCall, CellVariable, GradModeVariable, NullVariable, PythonModuleVariable, WithExitVariable
 from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
+from .named_tuple import NamedTupleVariable
+from .sym import SymNodeVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
@@ -26,6 +27,7 @@ __all__ = [
     "CellVariable",
     "ConstDictVariable",
     "ConstantVariable",
+    "DequeVariable",
     "GradModeVariable",
     "IteratorVariable",
     "ListIteratorVariable",

@@ -47,6 +47,10 @@ class VariableTracker:
     def store_attr(self, tx: "InstructionTranslatorBase", name: str, value: "VariableTracker") -> None:
         unimplemented(f"assigning attribute '{name}' of {self.describe()}")
 
+    def generic_setattr(self, tx: "InstructionTranslatorBase", name: str, value: "VariableTracker") -> None:
+        """`object.__setattr__(self, name, value)`: the store that bypasses a class's own __setattr__."""
+        self.store_attr(tx, name, value)
+
     def call_function(
         self, tx: "InstructionTranslatorBase", args: List["VariableTracker"], kwargs: Dict[str, "VariableTracker"]
     ) -> "VariableTracker":

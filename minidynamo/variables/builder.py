@@ -1,6 +1,7 @@
 """VariableBuilder: wraps a real value found at a source into a tracker, adding the guards it needs."""
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import operator
@@ -13,7 +14,7 @@ import torch
 from ..exc import unimplemented
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
-from ..source import AttrSource, GetItemSource, Source
+from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .autograd_function import AutogradFunctionClassVariable, is_custom_autograd_function
 from .base import VariableTracker
 from .builtin import BuiltinVariable
@@ -34,6 +35,9 @@ _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, rang
                   type, slice, map, filter, super)
 
 
+# Containers whose trackers stand for the object itself: reached twice, they are one tracker.
+_TRACKED_CONTAINERS = (list, dict, set, collections.OrderedDict, collections.defaultdict)
+
 # torch's context-manager objects (inference_mode(), ...) are values, not functions to put in a graph.
 _CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager,)
 
@@ -48,7 +52,7 @@ class VariableBuilder:
             self.tx.output.add_guard(Guard(self.source, kind, value))
 
     def __call__(self, value: Any) -> VariableTracker:
-        if type(value) in (list, dict, set) and self.source is not None:
+        if type(value) in _TRACKED_CONTAINERS and self.source is not None:
             known = self.tx.output.tracked_containers.get(id(value))
             if known is not None:  # the same container reached again: the trace relies on it staying so
                 if known[1].source is not None and known[1].source.name() != self.source.name():
@@ -97,6 +101,8 @@ class VariableBuilder:
             self.guard(GuardKind.DICT_KEYS, value)
             items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
             return ConstDictVariable(items, dict, source)
+        if type(value) in (collections.OrderedDict, collections.defaultdict) and all(is_constant_value(k) for k in value):
+            return self.wrap_mapping(value)
         if isinstance(value, types.ModuleType):
             self.guard(GuardKind.ID_MATCH, value)
             return PythonModuleVariable(value, source)
@@ -160,6 +166,20 @@ class VariableBuilder:
             return UserDefinedObjectVariable(value, source)
         self.guard(GuardKind.TYPE_MATCH, type(value))
         return UserDefinedObjectVariable(value, source)
+
+
+    def wrap_mapping(self, value: dict) -> VariableTracker:
+        """An OrderedDict or defaultdict: its type, its keys in order (and its default factory) guarded."""
+        tx, source = self.tx, self.source
+        self.guard(GuardKind.TYPE_MATCH, type(value))
+        owner = collections.OrderedDict if type(value) is collections.OrderedDict else dict
+        if source is not None:
+            tx.output.add_guard(Guard(MethodCallSource(source, owner, "keys", ()), GuardKind.EQUALS_MATCH, list(value)))
+        factory = None
+        if type(value) is collections.defaultdict:
+            factory = VariableBuilder(tx, source and AttrSource(source, "default_factory"))(value.default_factory)
+        items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
+        return ConstDictVariable(items, type(value), source, factory)
 
 
 def wrap_constant_result(value: Any) -> VariableTracker:

@@ -18,15 +18,17 @@ from ..guards import Guard, GuardKind
 from ..source import AttrSource
 from .base import VariableTracker
 from .constant import ConstantVariable, is_constant_value, is_none
-from .dicts import ConstDictVariable
+from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
 from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListIteratorVariable, ListVariable,
                     SetVariable, TupleVariable, ZipVariable, iterate, sort_items)
+from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 from .torch import read_setting
-from .user_defined import ConstructedObjectVariable, NewObjectVariable, SuperVariable, UserDefinedClassVariable
+from .user_defined import (ConstructedObjectVariable, NewObjectVariable, SuperVariable, UserDefinedClassVariable,
+                           UserDefinedObjectVariable)
 
 # Functions that may be evaluated on constant arguments while tracing.
 _FOLDABLE = {
@@ -76,16 +78,23 @@ class BuiltinVariable(VariableTracker):
     def real_object(self) -> Any:
         return self.fn
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if self.fn is dict and callable(getattr(dict, name, None)):
+            return DictClassMethod(dict, name)
+        return super().var_getattr(tx, name)
+
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         if self.fn is sys._getframe:  # may walk up to the converted frame, whose locals are not the user's
             unimplemented_frame("sys._getframe() in a function called from the frame")
         if self.fn is object.__init__:
             return ConstantVariable(None)
         if self.fn is object.__setattr__ and len(args) == 3:
-            args[0].store_attr(tx, args[1].as_python_constant(), args[2])
+            args[0].generic_setattr(tx, args[1].as_python_constant(), args[2])
             return ConstantVariable(None)
         if self.fn in _IN_PLACE_TO_BINARY and len(args) == 2 and _is_immutable(args[0]):
             return BuiltinVariable(_IN_PLACE_TO_BINARY[self.fn]).call_function(tx, args, kwargs)
+        if self.fn is tuple.__new__ and len(args) == 2 and not kwargs and hasattr(args[0].as_python_constant(), "_fields"):
+            return NamedTupleVariable(args[1].unpack_var_sequence(tx), args[0].as_python_constant())  # _make
         if self.fn is functools.partial and args:
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if self.fn in (operator.itemgetter, operator.attrgetter) and args and not kwargs:
@@ -97,6 +106,10 @@ class BuiltinVariable(VariableTracker):
             if not _binds(handler, args, kwargs):  # Python raises the TypeError when the frame runs
                 unimplemented(f"{self.fn.__name__}() with arguments it does not take here")
             result = handler(tx, *args, **kwargs)
+            if result is not None:
+                return result
+        if self.fn in (operator.eq, operator.ne) and len(args) == 2 and _python_eq(args[0]) is not None:
+            result = self._user_equality(tx, *args)
             if result is not None:
                 return result
         if self.fn in _GRAPHABLE and any(isinstance(a, TensorVariable) for a in args) and not kwargs:
@@ -167,6 +180,17 @@ class BuiltinVariable(VariableTracker):
         if fn is operator.contains and isinstance(a, (BaseListVariable, ConstDictVariable)):
             return self._contains(tx, a, b)
         return None
+
+    def _user_equality(self, tx, a: VariableTracker, b: VariableTracker):
+        """`a == b` (or !=) through the __eq__ (__ne__) that `a`'s class defines in Python (dataclasses'
+        among them); None when it returns NotImplemented."""
+        method = "__ne__" if self.fn is operator.ne and _python_eq(a, "__ne__") is not None else "__eq__"
+        result = a.call_method(tx, method, [b], {})
+        if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+            return None
+        if self.fn is operator.ne and method == "__eq__":
+            return ConstantVariable(not result.truthy(tx))
+        return result
 
     def _compare_sequences(self, tx, a: VariableTracker, b: VariableTracker):
         """`a == b` (or !=) item by item, for sizes with symbolic items; guards on each comparison made."""
@@ -278,16 +302,7 @@ class BuiltinVariable(VariableTracker):
         return TupleVariable(args[0].unpack_var_sequence(tx) if args else [])
 
     def _call_dict(self, tx, *args: VariableTracker, **kwargs: VariableTracker):
-        items: Dict[Any, VariableTracker] = {}
-        if args:
-            if isinstance(args[0], ConstDictVariable):
-                items.update(args[0].items)
-            else:
-                for pair in args[0].unpack_var_sequence(tx):
-                    key, value = pair.unpack_var_sequence(tx)
-                    items[key.as_python_constant()] = value
-        items.update(kwargs)
-        return ConstDictVariable(items)
+        return construct_mapping(tx, dict, list(args), kwargs)
 
     def _call_sorted(self, tx, seq: VariableTracker, key: VariableTracker = None, reverse: VariableTracker = None):
         return ListVariable(sort_items(tx, seq.unpack_var_sequence(tx), key, reverse))
@@ -409,6 +424,14 @@ def _is_immutable(value: VariableTracker) -> bool:
 
 def _has_sym_items(value: VariableTracker) -> bool:
     return isinstance(value, BaseListVariable) and any(isinstance(item, SymNodeVariable) for item in value.items)
+
+
+def _python_eq(value: VariableTracker, name: str = "__eq__"):
+    """The `name` method written in Python of a user object's class, or None."""
+    if not isinstance(value, (NewObjectVariable, UserDefinedObjectVariable)):
+        return None
+    method = inspect.getattr_static(value.python_type(), name, None)
+    return method if isinstance(method, types.FunctionType) else None
 
 
 def _is_sym_arithmetic(fn: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:

@@ -1,20 +1,25 @@
 """Dicts with constant keys, and their live views."""
 from __future__ import annotations
 
+import collections
 import operator
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
-from ..exc import unimplemented
+from ..exc import Unsupported, unimplemented
 from .base import VariableTracker
-from .constant import ConstantVariable
-from .lists import TupleVariable
+from .constant import ConstantVariable, is_none
+from .lists import ListIteratorVariable, TupleVariable, iterate
 
 
 class ConstDictVariable(VariableTracker):
-    def __init__(self, items: Dict[Any, VariableTracker], user_cls: type = dict, source=None) -> None:
+    def __init__(self, items: Dict[Any, VariableTracker], user_cls: type = dict, source=None,
+                 default_factory: Optional[VariableTracker] = None) -> None:
         super().__init__(source)
         self.items = dict(items)
         self.user_cls = user_cls
+        self.default_factory = default_factory  # a defaultdict's
+        # the items of a dict subclass's instance whose class defines __missing__: (tx, args) -> its result
+        self.missing: Optional[Callable[..., VariableTracker]] = None
 
     has_identity = True
 
@@ -22,12 +27,14 @@ class ConstDictVariable(VariableTracker):
         return self.user_cls
 
     def subvalues(self) -> List[VariableTracker]:
-        return list(self.items.values())
+        return list(self.items.values()) + ([self.default_factory] if self.default_factory is not None else [])
 
     def describe(self) -> str:
-        return f"dict of {len(self.items)}"
+        return f"{self.user_cls.__name__} of {len(self.items)}"
 
     def as_python_constant(self) -> Any:
+        if issubclass(self.user_cls, collections.defaultdict):
+            unimplemented("a defaultdict is not a Python constant")
         return self.user_cls({k: v.as_python_constant() for k, v in self.items.items()})
 
     def truthy(self, tx) -> bool:
@@ -44,58 +51,178 @@ class ConstDictVariable(VariableTracker):
             tx.output.side_effects.mutate_container(self)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
-        const_args = [a.as_python_constant() for a in args] if name in ("__getitem__", "get", "__contains__", "pop", "__delitem__") else []
-        if name == "__getitem__":
-            if const_args[0] not in self.items:
-                unimplemented(f"missing dict key {const_args[0]!r}")
-            return self.items[const_args[0]]
-        if name == "get":
-            default = args[1] if len(args) > 1 else ConstantVariable(None)
-            return self.items.get(const_args[0], default)
-        if name == "__contains__":
-            return ConstantVariable(const_args[0] in self.items)
-        if name == "__len__":
-            return ConstantVariable(len(self.items))
-        if name in ("keys", "values", "items") and not args and not kwargs:
-            return DictViewVariable(self, name)
-        if name == "copy":
-            return ConstDictVariable(self.items, self.user_cls)
-        if name in ("__setitem__", "update", "pop", "__delitem__", "setdefault", "clear"):
+        reader = _READS.get(name)
+        if reader is not None:
+            return reader(self, tx, *args, **kwargs)
+        writer = _WRITES.get(name)
+        if writer is not None:
+            if self.source is not None and self.user_cls is not dict and mapping_type(self.user_cls) is None:
+                unimplemented(f"changing a {self.user_cls.__name__} argument")
             self._check_mutable(tx)
-            if name == "__setitem__":
-                self.items[args[0].as_python_constant()] = args[1]
-            elif name == "update":
-                for source in args:
-                    if not isinstance(source, ConstDictVariable):
-                        unimplemented("dict.update with a non-dict argument")
-                    self.items.update(source.items)
-                self.items.update(kwargs)
-            elif name == "pop":
-                if const_args[0] in self.items:
-                    return self.items.pop(const_args[0])
-                if len(args) > 1:
-                    return args[1]
-                unimplemented(f"popping a missing dict key {const_args[0]!r}")
-            elif name == "__delitem__":
-                del self.items[const_args[0]]
-            elif name == "setdefault":
-                key = args[0].as_python_constant()
-                return self.items.setdefault(key, args[1] if len(args) > 1 else ConstantVariable(None))
-            else:
-                self.items.clear()
-            return ConstantVariable(None)
+            return writer(self, tx, *args, **kwargs)
         return super().call_method(tx, name, args, kwargs)
+
+    def getitem(self, tx, key: VariableTracker) -> VariableTracker:
+        k = key.as_python_constant()
+        if k in self.items:
+            return self.items[k]
+        if self.missing is not None:
+            return self.missing(tx, args=[key])
+        if self.default_factory is None or is_none(self.default_factory):
+            unimplemented(f"missing dict key {k!r}")
+        self._check_mutable(tx)
+        value = self.items[k] = self.default_factory.call_function(tx, [], {})
+        return value
+
+    def update_from(self, tx, other: VariableTracker) -> None:
+        """`d.update(other)`: another dict's items, or an iterable of key/value pairs."""
+        if isinstance(other, ConstDictVariable):
+            self.items.update(other.items)
+            return
+        storage = getattr(other, "mapping_storage", None)
+        storage = storage(tx) if storage is not None else None
+        cls = _known_type(other)
+        if storage is not None and cls.__iter__ is dict.__iter__:  # Python copies a dict's own items then
+            self.items.update(storage.items)
+            return
+        if storage is not None or _has_keys_method(cls):  # a mapping: its keys() and __getitem__ decide
+            for key in other.call_method(tx, "keys", [], {}).unpack_var_sequence(tx):
+                self.items[key.as_python_constant()] = other.call_method(tx, "__getitem__", [key], {})
+            return
+        for pair in other.unpack_var_sequence(tx):
+            key, value = pair.unpack_var_sequence(tx)
+            self.items[key.as_python_constant()] = value
 
     def reconstruct(self, codegen) -> None:
         if self.source is not None:  # the caller's own dict object
             self.source.reconstruct(codegen)
             return
-        if self.user_cls is not dict:
+        kind = mapping_type(self.user_cls)
+        if kind is None:
             unimplemented(f"returning a {self.user_cls.__name__} built while tracing")
+        if kind is not dict:
+            codegen.load_function(kind)
+            if kind is collections.defaultdict:
+                codegen.reconstruct(self.default_factory)
         for key, value in self.items.items():
             codegen.load_const(key)
             codegen.reconstruct(value)
         codegen.append("BUILD_MAP", len(self.items))
+        if kind is not dict:
+            codegen.call(2 if kind is collections.defaultdict else 1)
+
+
+def _known_type(value: VariableTracker) -> Optional[type]:
+    try:
+        return value.python_type()
+    except Unsupported:
+        return None
+
+
+def _has_keys_method(cls: Optional[type]) -> bool:
+    return isinstance(cls, type) and not issubclass(cls, (list, tuple, set, frozenset, str)) and hasattr(cls, "keys")
+
+
+def mapping_type(cls: type) -> Optional[type]:
+    """`cls` when a dict tracker of that type can be rebuilt by generated code, else None."""
+    return cls if cls in (dict, collections.OrderedDict, collections.defaultdict) else None
+
+
+def _get(d: ConstDictVariable, tx, key: VariableTracker, default: Optional[VariableTracker] = None):
+    return d.items.get(key.as_python_constant(), default or ConstantVariable(None))
+
+
+def _iter(d: ConstDictVariable, tx):
+    return ListIteratorVariable([ConstantVariable(k) for k in d.items], watched=d)
+
+
+def _reversed(d: ConstDictVariable, tx):
+    return ListIteratorVariable([ConstantVariable(k) for k in reversed(d.items)])
+
+
+def _setitem(d: ConstDictVariable, tx, key: VariableTracker, value: VariableTracker):
+    d.items[key.as_python_constant()] = value
+    return ConstantVariable(None)
+
+
+def _update(d: ConstDictVariable, tx, *others: VariableTracker, **kwargs: VariableTracker):
+    if len(others) > 1:
+        unimplemented("dict.update with more than one positional argument (Python raises)")
+    for other in others:
+        d.update_from(tx, other)
+    d.items.update(kwargs)
+    return ConstantVariable(None)
+
+
+def _pop(d: ConstDictVariable, tx, key: VariableTracker, *default: VariableTracker):
+    k = key.as_python_constant()
+    if k in d.items:
+        return d.items.pop(k)
+    if default:
+        return default[0]
+    unimplemented(f"popping a missing dict key {k!r}")
+
+
+def _popitem(d: ConstDictVariable, tx, last: VariableTracker = ConstantVariable(True)):
+    if not d.items:
+        unimplemented("popitem() on an empty dict (Python raises)")
+    keys = list(d.items)
+    key = keys[-1] if last.as_python_constant() or d.user_cls is dict else keys[0]
+    return TupleVariable([ConstantVariable(key), d.items.pop(key)])
+
+
+def _delitem(d: ConstDictVariable, tx, key: VariableTracker):
+    k = key.as_python_constant()
+    if k not in d.items:
+        unimplemented(f"deleting a missing dict key {k!r}")
+    del d.items[k]
+    return ConstantVariable(None)
+
+
+def _setdefault(d: ConstDictVariable, tx, key: VariableTracker, default: Optional[VariableTracker] = None):
+    return d.items.setdefault(key.as_python_constant(), default or ConstantVariable(None))
+
+
+def _clear(d: ConstDictVariable, tx):
+    d.items.clear()
+    return ConstantVariable(None)
+
+
+def _move_to_end(d: ConstDictVariable, tx, key: VariableTracker, last: VariableTracker = ConstantVariable(True)):
+    if not issubclass(d.user_cls, collections.OrderedDict):
+        unimplemented("move_to_end on a dict")
+    k = key.as_python_constant()
+    value = d.items.pop(k)
+    if last.as_python_constant():
+        d.items[k] = value
+    else:
+        d.items = {k: value, **d.items}
+    return ConstantVariable(None)
+
+
+_READS = {
+    "__getitem__": lambda d, tx, key: d.getitem(tx, key),
+    "get": _get,
+    "__contains__": lambda d, tx, key: ConstantVariable(key.as_python_constant() in d.items),
+    "__len__": lambda d, tx: ConstantVariable(len(d.items)),
+    "keys": lambda d, tx: DictViewVariable(d, "keys"),
+    "values": lambda d, tx: DictViewVariable(d, "values"),
+    "items": lambda d, tx: DictViewVariable(d, "items"),
+    "copy": lambda d, tx: ConstDictVariable(d.items, mapping_type(d.user_cls) or dict, default_factory=d.default_factory),
+    "__iter__": _iter,
+    "__reversed__": _reversed,
+}
+_WRITES = {
+    "__setitem__": _setitem,
+    "update": _update,
+    "__init__": _update,
+    "pop": _pop,
+    "popitem": _popitem,
+    "__delitem__": _delitem,
+    "setdefault": _setdefault,
+    "clear": _clear,
+    "move_to_end": _move_to_end,
+}
 
 
 class DictViewVariable(VariableTracker):
@@ -142,9 +269,46 @@ class DictViewVariable(VariableTracker):
             return ConstantVariable(len(self.mapping.items))
         if name == "__contains__" and len(args) == 1:
             return tx.call_operator(operator.contains, TupleVariable(self.current()), args[0])
+        if name == "__iter__" and not args:
+            return iterate(tx, self)
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> None:
         codegen.load_function(getattr(self.mapping.user_cls, self.kind))
         codegen.reconstruct(self.mapping)
         codegen.call(1)
+
+
+def construct_mapping(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> ConstDictVariable:
+    """`dict(...)`, `OrderedDict(...)` or `defaultdict(factory, ...)` called while tracing."""
+    factory = None
+    if cls is collections.defaultdict:
+        factory, args = (args[0] if args else ConstantVariable(None)), list(args[1:])
+    mapping = ConstDictVariable({}, cls, default_factory=factory)
+    _update(mapping, tx, *args, **kwargs)
+    return mapping
+
+
+class DictClassMethod(VariableTracker):
+    """`dict.name` (or OrderedDict's, defaultdict's) read from the class: `fromkeys`, or a method
+    called unbound, `dict.__getitem__(d, key)`, on a dict tracker or a dict subclass's instance."""
+
+    def __init__(self, cls: type, name: str) -> None:
+        super().__init__()
+        self.cls = cls
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{self.cls.__name__}.{self.name}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if self.name == "fromkeys" and self.cls is not collections.defaultdict and not kwargs and 1 <= len(args) <= 2:
+            value = args[1] if len(args) > 1 else ConstantVariable(None)
+            keys = args[0].unpack_var_sequence(tx)
+            return ConstDictVariable({k.as_python_constant(): value for k in keys}, self.cls)
+        target = args[0] if args else None
+        storage = getattr(target, "mapping_storage", None)
+        storage = target if isinstance(target, ConstDictVariable) else (storage(tx) if storage is not None else None)
+        if storage is None or not issubclass(_known_type(target) or object, self.cls):
+            unimplemented(f"calling {self.describe()} on {target.describe() if target else 'nothing'}")
+        return storage.call_method(tx, self.name, list(args[1:]), kwargs)

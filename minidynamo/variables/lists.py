@@ -309,7 +309,8 @@ def iterate(tx, obj: VariableTracker) -> ListIteratorVariable:
         return obj
     if isinstance(obj, ListVariable):
         return ListIteratorVariable(obj.items, over=obj)
-    container = getattr(obj, "mapping", obj)  # a dict view iterates its dict
+    storage = getattr(obj, "mapping_storage", None)  # a dict subclass's instance iterates its items
+    container = getattr(obj, "mapping", None) or (storage and storage(tx)) or obj  # a dict view, its dict
     watched = container if container.has_identity and issubclass(container.python_type(), (dict, set)) else None
     return ListIteratorVariable(obj.unpack_var_sequence(tx), watched=watched)
 

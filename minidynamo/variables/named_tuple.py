@@ -1,10 +1,15 @@
 """Named tuples and C struct sequences (torch.return_types), tracked field by field."""
 from __future__ import annotations
 
+import inspect
+import types
 from typing import Any, Dict, List, Optional
 
+from ..guards import Guard, GuardKind
+from ..source import AttrSource
 from .base import VariableTracker
 from .dicts import ConstDictVariable
+from .functions import UserFunctionVariable, UserMethodVariable
 from .lists import TupleVariable
 
 
@@ -49,6 +54,24 @@ class NamedTupleVariable(TupleVariable):
             index = _structseq_index(self.tuple_cls, name)
             if index is not None:
                 return self.items[index]
+        if names:
+            return self._class_attribute(tx, name)
+        return super().var_getattr(tx, name)
+
+    def _class_attribute(self, tx, name: str) -> VariableTracker:
+        """A method, property or constant (`_fields`) defined on a namedtuple class."""
+        static = inspect.getattr_static(self.tuple_cls, name, None)
+        if self.source is not None and static is not None:  # the class may be patched later
+            tx.output.add_guard(Guard(AttrSource(AttrSource(self.source, "__class__"), name), GuardKind.ID_MATCH,
+                                      getattr(self.tuple_cls, name)))
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self)
+        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
+            return UserFunctionVariable(static.fget).call_function(tx, [self], {})
+        if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):
+            return UserMethodVariable(static.__func__, tx.wrap(self.tuple_cls))
+        if static is not None and not hasattr(type(static), "__get__") and not isinstance(static, type):
+            return tx.wrap(static)
         return super().var_getattr(tx, name)
 
     def reconstruct(self, codegen) -> None:

@@ -1,7 +1,7 @@
 """Instances and classes defined by users: attribute reads, methods, properties, namedtuples."""
 from __future__ import annotations
 
-import abc
+import collections
 import collections.abc
 import dataclasses
 import enum
@@ -16,6 +16,8 @@ from ..guards import Guard, GuardKind
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
+from .deques import DequeVariable
+from .dicts import ConstDictVariable, DictClassMethod, construct_mapping, mapping_type
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .named_tuple import NamedTupleVariable
 
@@ -66,6 +68,10 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         wrapper_source = guarded()  # a cached method: its call runs the function it wraps
         return UserMethodVariable(static.__wrapped__, obj_vt, wrapper_source and AttrSource(wrapper_source, "__wrapped__"))
     owner = next((base for base in cls.__mro__ if name in vars(base)), None)
+    storage = mapping_storage(tx, obj_vt) if owner in _MAPPING_BASES else None
+    if storage is not None:  # a builtin dict method of a dict subclass's instance: run on its items
+        guarded()
+        return _StorageMethod(storage, name)
     if owner in READ_ONLY_METHODS and name in READ_ONLY_METHODS[owner]:
         guarded()
         return BuiltinMethodVariable(obj_vt, owner, name)
@@ -102,9 +108,45 @@ def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source
     return source
 
 
+# Builtin mappings whose subclasses' instances are traced with their items (defaultdict's are not).
+_MAPPING_BASES = (collections.OrderedDict, dict)
+
+
+def mapping_base(cls: type) -> Optional[type]:
+    """The builtin dict type in which instances of `cls` keep their items, or None."""
+    if issubclass(cls, collections.defaultdict):
+        return None
+    return next((base for base in cls.__mro__ if base in _MAPPING_BASES), None)
+
+
+def mapping_storage(tx, obj: VariableTracker) -> Optional[ConstDictVariable]:
+    """The items of an instance of a dict subclass, as a dict tracker that the builtin dict methods
+    (reached through the class or super()) read and change."""
+    storage = getattr(obj, "mapping_storage", None)
+    return storage(tx) if storage is not None else None
+
+
+class _StorageMethod(VariableTracker):
+    """A builtin dict method looked up on a dict subclass's instance; it runs on the instance's items."""
+
+    def __init__(self, storage: ConstDictVariable, name: str) -> None:
+        super().__init__()
+        self.storage = storage
+        self.name = name
+
+    def describe(self) -> str:
+        return f"dict method {self.name}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        return self.storage.call_method(tx, self.name, args, kwargs)
+
+
 def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]:
     """The items of a user object: through a generator __iter__, or __len__ and __getitem__."""
     iter_method = inspect.getattr_static(cls, "__iter__", None)
+    storage = mapping_storage(tx, obj)
+    if storage is not None and not isinstance(iter_method, types.FunctionType):
+        return storage.unpack_var_sequence(tx)
     if iter_method in (None, collections.abc.Sequence.__iter__) and inspect.getattr_static(cls, "__getitem__", None):
         length = obj.call_method(tx, "__len__", [], {}).as_python_constant()
         return [obj.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(length)]
@@ -141,6 +183,8 @@ class UserDefinedClassVariable(VariableTracker):
             return tx.wrap(static, self.source and AttrSource(self.source, name))
         if name in ("__name__", "__qualname__"):
             return ConstantVariable(getattr(self.cls, name))
+        if mapping_type(self.cls) is not None and not isinstance(static, types.FunctionType) and callable(static):
+            return DictClassMethod(self.cls, name)
         return tx.wrap(getattr(self.cls, name), self.source and AttrSource(self.source, name))
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
@@ -155,6 +199,10 @@ class UserDefinedClassVariable(VariableTracker):
                 else:
                     unimplemented(f"{self.cls.__name__}() missing field {name}")
             return NamedTupleVariable(values, self.cls)
+        if mapping_type(self.cls) is not None:
+            return construct_mapping(tx, self.cls, args, kwargs)
+        if self.cls is collections.deque:
+            return DequeVariable.create(tx, args, kwargs)
         return NewObjectVariable.create(tx, self.cls, args, kwargs, self.source)
 
 
@@ -204,9 +252,34 @@ class UserDefinedObjectVariable(VariableTracker):
         return iterate_object(tx, self, type(self.obj))
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if self.source is not None and _call_python_setattr(tx, self, type(self.obj), name, value):
+            return
         if self.source is None or _has_custom_setattr(type(self.obj)):
             super().store_attr(tx, name, value)
         tx.output.side_effects.store_attr(self, self.obj, name, value)
+
+    def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        cls = type(self.obj)
+        if self.source is None or _is_data_descriptor(cls, name) or any(vars(c).get("__slots__") for c in cls.__mro__[:-1]):
+            super().store_attr(tx, name, value)
+        tx.output.side_effects.store_attr(self, self.obj, name, value, generic=True)
+
+    def mapping_storage(self, tx) -> Optional[ConstDictVariable]:
+        base = mapping_base(type(self.obj))
+        if base is None or self.source is None:
+            return None
+        key = ("mapping storage", id(self.obj))
+        known = tx.output.tracked_containers.get(key)
+        if known is not None:
+            return known[1]
+        keys = list(base.keys(self.obj))
+        tx.output.add_guard(Guard(MethodCallSource(self.source, base, "keys", ()), GuardKind.EQUALS_MATCH, keys))
+        overridden = type(self.obj).__getitem__ is not base.__getitem__
+        items = {k: tx.wrap(dict.__getitem__(self.obj, k), MethodCallSource(self.source, dict, "__getitem__", (k,))
+                            if overridden else GetItemSource(self.source, k)) for k in keys}
+        storage = ConstDictVariable(items, base, self.source)
+        tx.output.tracked_containers[key] = (self.obj, storage)
+        return storage
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         call = inspect.getattr_static(type(self.obj), "__call__", None)
@@ -220,11 +293,28 @@ def _has_custom_setattr(cls: type) -> bool:
     return cls.__setattr__ is not object.__setattr__ or any(vars(c).get("__slots__") for c in cls.__mro__[:-1])
 
 
-def rebuild_object(cls: type, attrs: Dict[str, Any]) -> Any:
-    """Recreate, in generated code, an object that the traced code constructed."""
-    obj = object.__new__(cls)
+def _is_data_descriptor(cls: type, name: str) -> bool:
+    return hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
+
+
+def _call_python_setattr(tx, obj: VariableTracker, cls: type, name: str, value: VariableTracker) -> bool:
+    """`obj.name = value` through the class's own __setattr__ written in Python: traced. Whether it was."""
+    if not isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType):
+        return False
+    setattr_method = lookup_class_attribute(tx, obj, cls, "__setattr__", None, implicit=True)
+    setattr_method.call_function(tx, [ConstantVariable(name), value], {})
+    return True
+
+
+def rebuild_object(cls: type, attrs: Dict[str, Any], items: Optional[Dict[Any, Any]] = None) -> Any:
+    """Recreate, in generated code, an object that the traced code constructed (with its items, for
+    a dict subclass)."""
+    base = mapping_base(cls)
+    obj = (base or object).__new__(cls)
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
+    for key, value in (items or {}).items():
+        base.__setitem__(obj, key, value)
     return obj
 
 
@@ -235,12 +325,21 @@ class NewObjectVariable(VariableTracker):
         super().__init__()
         self.cls = cls
         self.cls_source = cls_source  # how guards reach the class its methods are looked up on
-        self.attrs: Dict[str, VariableTracker] = {}
+        self.instance_dict = ConstDictVariable({})  # what its __dict__ holds
+        base = mapping_base(cls)
+        self.storage = ConstDictVariable({}, base) if base is not None else None  # a dict subclass's items
+        if self.storage is not None and isinstance(inspect.getattr_static(cls, "__missing__", None), types.FunctionType):
+            self.storage.missing = functools.partial(self.call_method, name="__missing__", kwargs={})
+
+    @property
+    def attrs(self) -> Dict[str, VariableTracker]:
+        return self.instance_dict.items
 
     @staticmethod
     def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
                cls_source: Optional[Source] = None) -> VariableTracker:
-        if type(cls) not in (type, abc.ABCMeta) or cls.__new__ is not object.__new__ or any(
+        base = mapping_base(cls)
+        if type(cls).__call__ is not type.__call__ or cls.__new__ is not (base or object).__new__ or any(
             vars(c).get("__slots__") for c in cls.__mro__[:-1]
         ):
             return ConstructedObjectVariable(cls, args, kwargs)
@@ -251,6 +350,8 @@ class NewObjectVariable(VariableTracker):
                 unimplemented(f"{cls.__qualname__}() takes no arguments")
         elif isinstance(init, types.FunctionType):
             lookup_class_attribute(tx, obj, cls, "__init__", None, implicit=True).call_function(tx, args, kwargs)
+        elif base is not None and init is base.__init__:
+            obj.storage.call_method(tx, "__init__", args, kwargs)
         else:
             unimplemented(f"{cls.__qualname__}.__init__ is not a Python function")
         return obj
@@ -261,19 +362,33 @@ class NewObjectVariable(VariableTracker):
         return self.cls
 
     def subvalues(self) -> List[VariableTracker]:
-        return list(self.attrs.values())
+        return [self.instance_dict] + ([self.storage] if self.storage is not None else [])
 
     def describe(self) -> str:
         return f"new {self.cls.__qualname__} object"
+
+    def mapping_storage(self, tx) -> Optional[ConstDictVariable]:
+        return self.storage
+
+    def truthy(self, tx) -> bool:
+        for name in ("__bool__", "__len__"):
+            if inspect.getattr_static(self.cls, name, None) is not None:
+                return self.call_method(tx, name, [], {}).truthy(tx)
+        return True
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if name in self.attrs:
             return self.attrs[name]
         if name == "__class__":
             return UserDefinedClassVariable(self.cls)
-        if inspect.getattr_static(self.cls, name, None) is None:
-            unimplemented(f"{self.cls.__qualname__} object has no attribute '{name}'")
-        return lookup_class_attribute(tx, self, self.cls, name, None)
+        if name == "__dict__":
+            return self.instance_dict
+        if inspect.getattr_static(self.cls, name, None) is not None:
+            return lookup_class_attribute(tx, self, self.cls, name, None)
+        if isinstance(inspect.getattr_static(self.cls, "__getattr__", None), types.FunctionType):
+            fallback = lookup_class_attribute(tx, self, self.cls, "__getattr__", None, implicit=True)
+            return fallback.call_function(tx, [ConstantVariable(name)], {})
+        unimplemented(f"{self.cls.__qualname__} object has no attribute '{name}'")
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
@@ -282,18 +397,26 @@ class NewObjectVariable(VariableTracker):
         return iterate_object(tx, self, self.cls)
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if _call_python_setattr(tx, self, self.cls, name, value):
+            return
         if self.cls.__setattr__ is not object.__setattr__:
             unimplemented(f"{self.cls.__qualname__} defines __setattr__")
+        self.generic_setattr(tx, name, value)
+
+    def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
+        if _is_data_descriptor(self.cls, name):
+            unimplemented(f"assigning {self.cls.__qualname__}.{name}, a data descriptor")
         self.attrs[name] = value
 
     def reconstruct(self, codegen) -> None:
         codegen.load_function(rebuild_object)
         codegen.load_const(self.cls)
-        for name, value in self.attrs.items():
-            codegen.load_const(name)
-            codegen.reconstruct(value)
-        codegen.append("BUILD_MAP", len(self.attrs))
-        codegen.call(2)
+        codegen.reconstruct(ConstDictVariable(self.attrs))
+        if self.storage is None:
+            codegen.call(2)
+            return
+        codegen.reconstruct(ConstDictVariable(self.storage.items))
+        codegen.call(3)
 
 
 class ConstructedObjectVariable(VariableTracker):
