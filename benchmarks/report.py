@@ -79,7 +79,8 @@ def _aims(results: dict) -> List[str]:
     rows = []
     for section in SECTIONS:
         for a in results.get(section, {}).get("aims", []):
-            limit = f"≤ {a['limit']:.2g} s" if a["unit"] == "s" else f"≤ 1/{round(1 / a['limit'])} of torch"
+            limit = f"≤ {a['limit']:.2g} s" if a["unit"] == "s" else f"≤ 1/{round(1 / a['limit'])} of torch" \
+                if a["limit"] < 1 else f"≤ {a['limit']:.2g}"
             value = "not measured" if a["value"] is None else \
                 (f"{a['value']:.3f} s" if a["unit"] == "s" else f"{a['value']:.3f}")
             mark = "-" if a["met"] is None else ("✓" if a["met"] else "✗")
@@ -142,8 +143,24 @@ def _scaling(section: dict) -> List[str]:
         _table(["entries", "system", "first-inserted µs", "last-inserted µs", "round robin µs"], entry_rows)
 
 
+def _zoo(section: dict) -> List[str]:
+    rows = []
+    for r in section["rows"]:
+        cells = [r["model"], r["family"]]
+        for s in ("minidynamo", "torch"):
+            cells += [_error_cell({"error": r[f"{s}_error"]}), "", ""] if f"{s}_error" in r else \
+                [f"{r[f'{s}_graphs']} / {r[f'{s}_breaks']}", _num(r[f"{s}_first_s"], 3),
+                 f"{_num(r[f'{s}_compiled_us'] / 1e3, 3)} ({_num(r[f'{s}_eager_us'] / r[f'{s}_compiled_us'])}x)"]
+        rows.append(cells)
+    return ["## Model zoo (eval, eager backend; fresh process per model and system; `benchmarks/bench_zoo.py`)", "",
+            "graphs / breaks; first compiled call s; median ms per call (speed-up over eager timed alongside).", ""] + \
+        _table(["model", "family", "minidynamo graphs/breaks", "first call s", "ms per call",
+                "torch graphs/breaks", "first call s", "ms per call"], rows)
+
+
 SECTIONS: Dict[str, Callable[[dict], List[str]]] = {
-    "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling}
+    "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
+    "zoo": _zoo}
 
 
 def markdown(results: dict) -> str:

@@ -7,9 +7,11 @@ latency with one subprocess, minidynamo's).
 import json
 import time
 
+import pytest
+
 
 from benchmarks import __main__ as cli
-from benchmarks import bench_compile, bench_models, bench_overhead, bench_scaling
+from benchmarks import bench_compile, bench_models, bench_overhead, bench_scaling, bench_zoo
 
 KERNEL_ROWS = [
     {"workload": "bandwidth", "threads": 1, "triad_torch": 10.0, "triad_ours": 9.0, "copy_torch": 11.0},
@@ -60,3 +62,16 @@ def test_failing_case_is_recorded_not_raised(monkeypatch):
     monkeypatch.setattr(bench_scaling, "generated", broken)
     rows = bench_scaling.run(True, ops=(10,), entries=())["graph_size"]
     assert rows and all("boom" in r["error"] for r in rows)
+
+
+def test_zoo_worker_measures_a_model_and_the_report_renders_it():
+    pytest.importorskip("transformers")
+    from benchmarks import report
+
+    measured = bench_zoo.worker("convnext", "minidynamo", 1)
+    assert measured["graphs"] == 1 and measured["breaks"] == 0
+    assert measured["first_s"] > 0 and measured["compiled_us"] > 0 and measured["eager_us"] > 0
+    row = {"model": "convnext", "family": "vision CNN", **{f"minidynamo_{k}": v for k, v in measured.items()},
+           "torch_error": "not run"}
+    text = "\n".join(report.SECTIONS["zoo"]({"rows": [row]}))
+    assert "| convnext | vision CNN | 1 / 0 |" in text and "not run" in text
