@@ -1160,6 +1160,7 @@ def deque_maxlen_attr(x):
 # =============================================================================================
 Point = namedtuple("Point", ["x", "y"])
 Pair = namedtuple("Pair", "a b", defaults=[10])
+Inner = namedtuple("Inner", "t")
 
 
 class Typed(typing.NamedTuple):
@@ -2023,13 +2024,237 @@ def mo_model_forward(x):
 _MO_LAYER = torch.nn.Linear(3, 3)
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_conformance(name):
-    fn, input_sets, graphs = CASES[name]
-    for mark in getattr(fn, "pytestmark", ()):
-        if mark.name == "skipif" and mark.args[0]:
-            pytest.skip(mark.kwargs["reason"])
-    assert_same(fn, *input_sets, graphs=graphs)
+# =============================================================================================
+# more: mutations replayed on arguments, aliasing, views and mixed use
+# =============================================================================================
+@case((rand(3), BaseModelOutput(rand(3))))
+def mo_arg_setattr_replayed(x, o):
+    o.hidden_states = (x,)
+    return x + 1
+
+
+@case((rand(3), BaseModelOutput(rand(3))))
+def mo_arg_setitem_replayed(x, o):
+    o["hidden_states"] = (x * 2,)
+    return x + 1
+
+
+@case((rand(3), BaseModelOutput(rand(3))))
+def mo_arg_overwrite_field_replayed(x, o):
+    o.last_hidden_state = o.last_hidden_state + x
+    return o[0] * 2
+
+
+@case((rand(3), OrderedDict(a=1, b=2)))
+def odict_arg_move_to_end_replayed(x, d):
+    d.move_to_end("a")
+    d["c"] = 3
+    return x + 1
+
+
+@case((rand(3), PlainDict(a=1)))
+def udict_arg_attr_and_item_replayed(x, d):
+    d.note = 2
+    d["b"] = 3
+    return x + 1
+
+
+@case()
+def mo_aliased_in_list(x):
+    o = BaseModelOutput(x + 1)
+    return [o, o]
+
+
+@case()
+def mo_aliased_in_dict(x):
+    o = CausalLMOutput(logits=x * 2)
+    return {"a": o, "b": o}
+
+
+@case()
+def mo_index_negative(x):
+    o = BaseModelOutputWithPooling(x, x + 1)
+    return o[-1]
+
+
+@case()
+def mo_to_tuple_len(x):
+    return x * len(BaseModelOutputWithPooling(x, None, (x,)).to_tuple())
+
+
+@case()
+def mo_rebuild_from_dict(x):
+    o = BaseModelOutput(x + 1)
+    return BaseModelOutput(**dict(o))
+
+
+@case()
+def mo_values_after_setattr(x):
+    o = BaseModelOutput(x)
+    o.attentions = (x + 1,)
+    return list(o.values())
+
+
+@case()
+def mo_items_sum(x):
+    o = BaseModelOutputWithPooling(x, x * 2)
+    return sum(v for k, v in o.items())
+
+
+@case()
+def mo_unpack_to_tuple(x):
+    a, b = BaseModelOutputWithPooling(x + 1, x * 3).to_tuple()
+    return a - b
+
+
+@case()
+def mo_in_namedtuple(x):
+    return Point(BaseModelOutput(x + 1), 3)
+
+
+@case()
+def mo_setattr_none_keeps_key_out(x):
+    o = BaseModelOutput(x + 1)
+    o.hidden_states = None
+    return list(o.keys()), o
+
+
+@case()
+def dict_next_iter(x):
+    d = {"a": x, "b": x + 1}
+    return next(iter(d)), d[next(iter(d.keys()))] * 2
+
+
+@case()
+def dict_values_max_by_key(x):
+    d = {"a": 3, "b": 9, "c": 1}
+    return max(d.values()), min(d, key=d.get), x + 1
+
+
+@case()
+def dict_popitem_loop(x):
+    d = {"a": 1, "b": 2, "c": 3}
+    out = x
+    while d:
+        k, v = d.popitem()
+        out = out * v
+    return out
+
+
+@case()
+def dict_from_enumerate(x):
+    d = dict(enumerate([x, x + 1]))
+    return d[1] - d[0]
+
+
+@case()
+def dict_nested_update(x):
+    d = {"a": {"b": 1}}
+    d["a"].update(c=x + 1)
+    return d
+
+
+@case()
+def dict_equal_after_mutation(x):
+    a = {"k": 1}
+    b = {}
+    b["k"] = 1
+    return a == b, x + 1
+
+
+@case()
+def dict_get_tensor_default(x):
+    d = {}
+    return d.get("missing", x) * 2
+
+
+@case()
+def dict_items_unpack_in_comprehension(x):
+    d = {"a": x, "b": x * 2}
+    return {k + "_2": v * 2 for k, v in d.items()}
+
+
+@case()
+def set_from_dict_keys(x):
+    d = {"a": 1, "b": 2}
+    return set(d) == {"a", "b"}, x + 1
+
+
+@case()
+def set_genexpr_len(x):
+    return x * len({i // 2 for i in range(6)})
+
+
+@case()
+def odict_equality_is_ordered(x):
+    a = OrderedDict(a=1, b=2)
+    b = OrderedDict(b=2, a=1)
+    return a == b, dict(a) == dict(b), x + 1
+
+
+@case()
+def ddict_default_factory_attr(x):
+    d = defaultdict(list)
+    return d.default_factory is list, x + 1
+
+
+@case()
+def ddict_nested_defaultdict(x):
+    d = defaultdict(lambda: defaultdict(int))
+    d["a"]["b"] += 2
+    return x * d["a"]["b"]
+
+
+@case()
+def deque_copy(x):
+    d = deque([x, x + 1])
+    e = d.copy()
+    e.append(x * 3)
+    return len(d), len(e), e[-1]
+
+
+@case()
+def deque_negative_index(x):
+    d = deque([x, x * 2, x * 3])
+    return d[-1] - d[-2]
+
+
+@case()
+def nt_nested(x):
+    p = Point(Inner(x + 1), 2)
+    return p.x.t * p.y
+
+
+@case()
+def nt_in_dict(x):
+    d = {"p": Point(x, x + 1)}
+    return d["p"].y - d["p"].x
+
+
+@case()
+def nt_compare(x):
+    return Point(1, 2) < Point(1, 3), Point(1, 2) == Point(1, 2), x + 1
+
+
+@case()
+def dc_nested(x):
+    outer = DC(DC(x + 1, 2), 3)
+    return outer.a.a * outer.a.b * outer.b
+
+
+@case()
+def dc_default_factory_return(x):
+    d = FactoryDC(x + 1)
+    d.extra.append(1)
+    return d
+
+
+@case()
+def udict_subclass_copy(x):
+    d = PlainDict(a=x)
+    e = d.copy()
+    e["b"] = x + 1
+    return type(e) is dict, e
 
 
 # =============================================================================================
@@ -2059,3 +2284,12 @@ def test_model_returning_model_output_is_one_graph(name):
     model = build().eval()
     with torch.no_grad():
         assert_same(model, make_input(), graphs=1)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_conformance(name):
+    fn, input_sets, graphs = CASES[name]
+    for mark in getattr(fn, "pytestmark", ()):
+        if mark.name == "skipif" and mark.args[0]:
+            pytest.skip(mark.kwargs["reason"])
+    assert_same(fn, *input_sets, graphs=graphs)

@@ -62,6 +62,13 @@ class ConstDictVariable(VariableTracker):
             return writer(self, tx, *args, **kwargs)
         return super().call_method(tx, name, args, kwargs)
 
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "default_factory" and issubclass(self.user_cls, collections.defaultdict):
+            return self.default_factory
+        if name in _READS or name in _WRITES:
+            return DictMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
         k = key.as_python_constant()
         if k in self.items:
@@ -223,6 +230,22 @@ _WRITES = {
     "clear": _clear,
     "move_to_end": _move_to_end,
 }
+
+
+class DictMethodVariable(VariableTracker):
+    """A dict method read as a value (`d.get`, or a builtin dict method of a dict subclass's instance,
+    run on its items)."""
+
+    def __init__(self, mapping: ConstDictVariable, name: str) -> None:
+        super().__init__()
+        self.mapping = mapping
+        self.name = name
+
+    def describe(self) -> str:
+        return f"dict method {self.name}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        return self.mapping.call_method(tx, self.name, args, kwargs)
 
 
 class DictViewVariable(VariableTracker):

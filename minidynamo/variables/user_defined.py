@@ -17,7 +17,7 @@ from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .deques import DequeVariable
-from .dicts import ConstDictVariable, DictClassMethod, construct_mapping, mapping_type
+from .dicts import ConstDictVariable, DictClassMethod, DictMethodVariable, construct_mapping, mapping_type
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .named_tuple import NamedTupleVariable
 
@@ -71,7 +71,7 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     storage = mapping_storage(tx, obj_vt) if owner in _MAPPING_BASES else None
     if storage is not None:  # a builtin dict method of a dict subclass's instance: run on its items
         guarded()
-        return _StorageMethod(storage, name)
+        return DictMethodVariable(storage, name)
     if owner in READ_ONLY_METHODS and name in READ_ONLY_METHODS[owner]:
         guarded()
         return BuiltinMethodVariable(obj_vt, owner, name)
@@ -124,21 +124,6 @@ def mapping_storage(tx, obj: VariableTracker) -> Optional[ConstDictVariable]:
     (reached through the class or super()) read and change."""
     storage = getattr(obj, "mapping_storage", None)
     return storage(tx) if storage is not None else None
-
-
-class _StorageMethod(VariableTracker):
-    """A builtin dict method looked up on a dict subclass's instance; it runs on the instance's items."""
-
-    def __init__(self, storage: ConstDictVariable, name: str) -> None:
-        super().__init__()
-        self.storage = storage
-        self.name = name
-
-    def describe(self) -> str:
-        return f"dict method {self.name}"
-
-    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        return self.storage.call_method(tx, self.name, args, kwargs)
 
 
 def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]:
