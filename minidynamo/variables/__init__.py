@@ -13,6 +13,7 @@ from .sym import SymNodeVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
 from .nn_module import NNModuleVariable
 from .tensor import TensorVariable
+from .numpy import NumpyNdarrayVariable
 from .torch import TorchVariable
 from .autograd_function import AutogradFunctionClassVariable
 from .builtin import BuiltinVariable
@@ -35,6 +36,7 @@ __all__ = [
     "NNModuleVariable",
     "NamedTupleVariable",
     "NestedUserFunctionVariable",
+    "NumpyNdarrayVariable",
     "NullVariable",
     "PythonModuleVariable",
     "SetVariable",

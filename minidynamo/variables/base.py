@@ -99,3 +99,20 @@ class VariableTracker:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()})"
+
+
+class KnownObjectVariable(VariableTracker):
+    """A real object the trace knows by identity (a library function, a class): its own constant."""
+
+    def __init__(self, value: Any, source: Optional[Source] = None) -> None:
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def real_object(self) -> Any:
+        return self.value

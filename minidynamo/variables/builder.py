@@ -9,6 +9,7 @@ import types
 import weakref
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from ..exc import unimplemented
@@ -26,6 +27,7 @@ from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, 
                    WeakRefVariable, WithExitVariable, is_torch_object)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
+from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable
 from .torch import (FunctorchFunctionVariable, TorchVariable, is_allowed_in_graph, is_functorch_function,
                     unconverted_wrapper)
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
@@ -122,6 +124,13 @@ class VariableBuilder:
             else:
                 self.guard(GuardKind.ID_MATCH, value)
             return DisabledFunctionVariable(value, source)
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biufc" and source is not None:
+            self.guard(GuardKind.TYPE_MATCH, type(value))
+            return NumpyNdarrayVariable(tx.output.add_graph_input(tx, NumpyTensorSource(source), torch.as_tensor(value)),
+                                        source)
+        if is_numpy_callable(value):
+            self.guard(GuardKind.ID_MATCH, value)
+            return NumpyFunctionVariable(value, source)
         if is_allowed_in_graph(value) or (
                 is_torch_object(value) and callable(value) and not isinstance(value, _CONTEXT_MANAGER_OBJECTS)):
             self.guard(GuardKind.ID_MATCH, value)

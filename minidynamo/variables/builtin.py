@@ -24,6 +24,7 @@ from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListI
                     SetVariable, TupleVariable, ZipVariable, iterate, sort_items)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
+from .numpy import NumpyNdarrayVariable, numpy_call
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 from .torch import read_setting
@@ -88,6 +89,8 @@ class BuiltinVariable(VariableTracker):
             unimplemented_frame("sys._getframe() in a function called from the frame")
         if self.fn is object.__init__:
             return ConstantVariable(None)
+        if self.fn in _GRAPHABLE and any(isinstance(a, NumpyNdarrayVariable) for a in args) and not kwargs:
+            return numpy_call(tx, self.fn, args, {})
         if self.fn is object.__setattr__ and len(args) == 3:
             args[0].generic_setattr(tx, args[1].as_python_constant(), args[2])
             return ConstantVariable(None)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.fx
@@ -28,13 +28,17 @@ _METADATA_METHODS = ("is_signed", "is_inference", "is_conj", "is_neg", "is_same_
 _DATA_DEPENDENT = {
     "item": "reading a tensor's value with .item()",
     "tolist": "converting a tensor to a list with .tolist()",
-    "numpy": "converting a tensor to numpy",
+    "numpy": "converting a tensor to numpy with arguments",
     "__bool__": "the truth value of a tensor",
     "__int__": "converting a tensor to int",
     "__float__": "converting a tensor to float",
     "data_ptr": "reading a tensor's data pointer",
     "backward": "calling .backward() inside a compiled region",
 }
+
+
+# Tensor methods whose results are trackers of modules built on this one: name -> (tx, tensor, kwargs) -> tracker.
+METHODS_ELSEWHERE: Dict[str, Callable[..., VariableTracker]] = {}
 
 
 class TensorVariable(VariableTracker):
@@ -119,6 +123,8 @@ class TensorVariable(VariableTracker):
         ]
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name in METHODS_ELSEWHERE and not args:
+            return METHODS_ELSEWHERE[name](tx, self, dict(kwargs))
         if name in _DATA_DEPENDENT:
             unimplemented(_DATA_DEPENDENT[name])
         if name in _CONSTANT_METHODS and all(a.is_python_constant() for a in [*args, *kwargs.values()]):

@@ -15,10 +15,11 @@ from ..exc import unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
 from ..source import CallSource, GetItemSource, ModuleGlobalsSource
-from .base import VariableTracker
+from .base import KnownObjectVariable, VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .lists import BaseListVariable
 from .misc import GradModeVariable
+from .numpy import NumpyNdarrayVariable, ndarray_as_tensor
 from .sym import SymNodeVariable
 from .tensor import TensorVariable
 
@@ -168,24 +169,11 @@ def _holds_tensor(value: VariableTracker) -> bool:
     return isinstance(value, (TensorVariable, SymNodeVariable))
 
 
-class TorchVariable(VariableTracker):
+class TorchVariable(KnownObjectVariable):
     """A function, class or submodule of torch; calling a function records it in the graph."""
-
-    def __init__(self, value: Any, source=None) -> None:
-        super().__init__(source)
-        self.value = value
-
-    def python_type(self) -> type:
-        return type(self.value)
 
     def describe(self) -> str:
         return f"torch.{getattr(self.value, '__name__', self.value)}"
-
-    def as_python_constant(self) -> Any:
-        return self.value
-
-    def real_object(self) -> Any:
-        return self.value
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         fn = self.value
@@ -197,6 +185,10 @@ class TorchVariable(VariableTracker):
             return ConstantVariable(torch.is_grad_enabled())
         if fn in _IS_COMPILING:
             return ConstantVariable(True)
+        if len(args) == 1 and isinstance(args[0], NumpyNdarrayVariable) and not kwargs:
+            converted = ndarray_as_tensor(tx, fn, args[0])
+            if converted is not None:
+                return converted
         if fn in _NOT_IN_GRAPH:
             unimplemented(_NOT_IN_GRAPH[fn])
         if changes_global_state(fn):

@@ -1,0 +1,245 @@
+"""NumPy in a compiled frame: arrays traced as tensors, their functions as graph ops through torch's
+NumPy layer (torch._numpy), results turned back into ndarrays where the frame hands them out."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+import torch._numpy as tnp
+from torch.utils._pytree import tree_map
+
+from ..exc import unimplemented
+from ..source import ChainedSource
+from .base import KnownObjectVariable, VariableTracker
+from .constant import ConstantVariable
+from .lists import BaseListVariable, TupleVariable
+from .tensor import METHODS_ELSEWHERE, TensorVariable
+
+# NumPy's namespaces and torch._numpy's counterparts. numpy.random is not here: torch's generator
+# would draw other numbers than NumPy's.
+_TORCH_NUMPY = {"numpy": tnp, "numpy.linalg": tnp.linalg, "numpy.fft": tnp.fft}
+# Called on constants while tracing: answers that are facts of the types named.
+_INFO_FUNCTIONS = (np.finfo, np.iinfo)
+
+
+def is_numpy_callable(value: Any) -> bool:
+    """A function, ufunc or scalar type of NumPy's public namespaces."""
+    module = getattr(value, "__module__", None)
+    return callable(value) and isinstance(module, str) and module.split(".")[0] == "numpy"
+
+
+def _to_torch_numpy(value: Any) -> Any:
+    return tnp.ndarray(value) if isinstance(value, torch.Tensor) else value
+
+
+def _to_tensor(value: Any) -> Any:
+    return value.tensor if isinstance(value, tnp.ndarray) else value
+
+
+@functools.lru_cache(maxsize=None)
+def on_tensors(fn: Callable) -> Callable:
+    """The graph op for torch._numpy's `fn`: takes and gives tensors where `fn` takes and gives arrays."""
+
+    def numpy_op(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = tree_map(_to_torch_numpy, (args, kwargs))
+        return tree_map(_to_tensor, fn(*args, **kwargs))
+
+    numpy_op.__name__ = numpy_op.__qualname__ = f"numpy_{getattr(fn, '__name__', 'op')}"
+    return numpy_op
+
+
+@functools.lru_cache(maxsize=None)
+def ndarray_method(name: str) -> Callable:
+    """`array.name(*args, **kwargs)` as a function of the array."""
+
+    def method(array: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(array, name)(*args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name.strip("_")
+    return method
+
+
+@dataclass(frozen=True)
+class NumpyTensorSource(ChainedSource):
+    """The tensor viewing the memory of the ndarray at `base`: what the graph takes for it."""
+
+    def name(self) -> str:
+        return f"torch.as_tensor({self.base.name()})"
+
+    def reconstruct(self, codegen: Any) -> None:
+        codegen.load_function(torch.as_tensor)
+        self.base.reconstruct(codegen)
+        codegen.call(1)
+
+
+class NumpyNdarrayVariable(VariableTracker):
+    """An ndarray, traced as the tensor sharing its memory; handed out as that tensor's `.numpy()`."""
+
+    def __init__(self, tensor: TensorVariable, source=None) -> None:
+        super().__init__(source)
+        self.tensor = tensor
+
+    def python_type(self) -> type:
+        return np.ndarray
+
+    def describe(self) -> str:
+        return f"ndarray of {self.tensor.describe()}"
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.tensor]
+
+    def reconstruct(self, codegen: Any) -> None:
+        if self.source is not None:  # the argument itself
+            self.source.reconstruct(codegen)
+            return
+        codegen.load_function(torch.Tensor.numpy)
+        codegen.reconstruct(self.tensor)
+        codegen.call(1)
+
+    def truthy(self, tx) -> bool:
+        unimplemented("a branch on an ndarray's value (data-dependent control flow)")
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        example = self.tensor.example
+        if name in ("shape", "ndim", "size", "itemsize", "nbytes"):
+            value = getattr(tnp.ndarray(example), name)
+            if not all(type(v) is int for v in (value if isinstance(value, tuple) else (value,))):
+                unimplemented(f"ndarray.{name} of a symbolic size")
+            return ConstantVariable(value)
+        if name in ("T", "real", "imag"):
+            return numpy_call(tx, ndarray_attribute(name), [self], {})
+        return NumpyMethodVariable(self, name)
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name in ("tolist", "item", "tobytes", "__bool__", "__int__", "__float__", "__index__"):
+            unimplemented(f"ndarray.{name}() reads the array's values")
+        return numpy_call(tx, ndarray_method(name), [self, *args], kwargs)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return self.tensor.example.dim() > 0
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        return [numpy_call(tx, ndarray_method("__getitem__"), [self, ConstantVariable(i)], {})
+                for i in range(self.tensor.example.shape[0])]
+
+
+@functools.lru_cache(maxsize=None)
+def ndarray_attribute(name: str) -> Callable:
+    def attribute(array: Any) -> Any:
+        return getattr(array, name)
+
+    attribute.__name__ = attribute.__qualname__ = name
+    return attribute
+
+
+class NumpyMethodVariable(VariableTracker):
+    """`array.name`, looked up to be called."""
+
+    def __init__(self, array: NumpyNdarrayVariable, name: str) -> None:
+        super().__init__(None)
+        self.array = array
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method ndarray.{self.name}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        return self.array.call_method(tx, self.name, args, kwargs)
+
+
+class NumpyInfoVariable(VariableTracker):
+    """`np.finfo(...)` / `np.iinfo(...)` of a constant type: its fields are constants."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(None)
+        self.value = value
+
+    def describe(self) -> str:
+        return repr(self.value)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        value = getattr(self.value, name)
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, np.dtype):
+            value = value.name
+        if not isinstance(value, (bool, int, float, str)):
+            unimplemented(f"reading {type(self.value).__name__}.{name}")
+        return ConstantVariable(value)
+
+
+class NumpyFunctionVariable(KnownObjectVariable):
+    """A NumPy function, ufunc or scalar type: called as torch._numpy's function of that name."""
+
+    def describe(self) -> str:
+        return f"numpy.{getattr(self.value, '__name__', self.value)}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if self.value in _INFO_FUNCTIONS:
+            constants = [a.as_python_constant() for a in args]
+            return NumpyInfoVariable(self.value(*constants, **{k: v.as_python_constant() for k, v in kwargs.items()}))
+        namespace = _TORCH_NUMPY.get(getattr(self.value, "__module__", ""))
+        fn = getattr(namespace, getattr(self.value, "__name__", ""), None) if namespace is not None else None
+        if fn is None:
+            unimplemented(f"{self.describe()}(), which torch's NumPy layer does not have")
+        return numpy_call(tx, fn, args, kwargs)
+
+
+def _graph_argument(value: VariableTracker) -> Any:
+    """What an argument of a NumPy call is in the graph op: an array's tensor, a constant (NumPy
+    dtypes by name), containers of those."""
+    if isinstance(value, NumpyNdarrayVariable):
+        return value.tensor
+    if isinstance(value, TensorVariable):
+        unimplemented("a tensor passed to a NumPy function")
+    if isinstance(value, BaseListVariable):
+        return type(value)([_graph_argument(v) for v in value.items])
+    constant = value.as_python_constant()
+    if isinstance(constant, type) and issubclass(constant, np.generic) or isinstance(constant, np.dtype):
+        return ConstantVariable(np.dtype(constant).name)
+    return value
+
+
+def numpy_call(tx, fn: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """`fn` (torch._numpy's) called on the arrays' tensors, one graph op; tensors in the result are arrays."""
+    graph_args = [_graph_argument(a) for a in args]
+    graph_kwargs = {k: _graph_argument(v) for k, v in kwargs.items()}
+    result = tx.output.call_graph_op(tx, "call_function", on_tensors(fn), graph_args, graph_kwargs)
+    first = args[0] if args else None
+    if isinstance(first, NumpyNdarrayVariable) and result is first.tensor:  # in place: the same array
+        return first
+    return as_arrays(result)
+
+
+def as_arrays(value: VariableTracker) -> VariableTracker:
+    if isinstance(value, TensorVariable):
+        return NumpyNdarrayVariable(value)
+    if isinstance(value, TupleVariable):
+        return TupleVariable([as_arrays(v) for v in value.items])
+    return value
+
+
+def tensor_as_ndarray(tx, tensor: TensorVariable, kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """`tensor.numpy()`: the array sharing the tensor's memory."""
+    force = kwargs.pop("force", ConstantVariable(False)).as_python_constant()
+    if kwargs or (not force and (tensor.example.requires_grad or tensor.example.device.type != "cpu")):
+        unimplemented("tensor.numpy() that eager refuses (gradients, another device) or with other arguments")
+    if force:
+        tensor = tx.output.call_graph_op(tx, "call_method", "detach", [tensor], {})
+    return NumpyNdarrayVariable(tensor)
+
+
+def ndarray_as_tensor(tx, fn: Any, array: NumpyNdarrayVariable) -> Optional[VariableTracker]:
+    """`torch.from_numpy(a)` / `torch.as_tensor(a)` (a new tensor on the array's memory) or
+    `torch.tensor(a)` (a copy); None for other functions."""
+    if fn in (torch.from_numpy, torch.as_tensor):
+        return tx.output.call_graph_op(tx, "call_method", "view_as", [array.tensor, array.tensor], {})
+    if fn is torch.tensor:
+        return tx.output.call_graph_op(tx, "call_method", "clone", [array.tensor], {})
+    return None
+
+
+METHODS_ELSEWHERE["numpy"] = tensor_as_ndarray
