@@ -26,9 +26,11 @@ _INFO_FUNCTIONS = (np.finfo, np.iinfo)
 
 
 def is_numpy_callable(value: Any) -> bool:
-    """A function, ufunc or scalar type of NumPy's public namespaces."""
+    """A function or ufunc of NumPy's namespaces, or finfo/iinfo (its scalar types make scalars: not here)."""
     module = getattr(value, "__module__", None)
-    return callable(value) and isinstance(module, str) and module.split(".")[0] == "numpy"
+    if any(value is info for info in _INFO_FUNCTIONS):
+        return True
+    return callable(value) and not isinstance(value, type) and isinstance(module, str) and module.split(".")[0] == "numpy"
 
 
 def _to_torch_numpy(value: Any) -> Any:
@@ -172,7 +174,7 @@ class NumpyInfoVariable(VariableTracker):
 
 
 class NumpyFunctionVariable(KnownObjectVariable):
-    """A NumPy function, ufunc or scalar type: called as torch._numpy's function of that name."""
+    """A NumPy function or ufunc: called as torch._numpy's function of that name."""
 
     def describe(self) -> str:
         return f"numpy.{getattr(self.value, '__name__', self.value)}"
