@@ -301,7 +301,7 @@ class GraphLowering:
                 spec = self._view_of_base(n, base, key, owners)
             else:
                 meta = n.meta.get("val")
-                stride = meta.stride() if isinstance(meta, torch.Tensor) else None
+                stride = n.meta.get("eager_stride") or (meta.stride() if isinstance(meta, torch.Tensor) else None)
                 if stride is not None and not is_dense(v.size, stride):
                     stride = None
                 s = self._claim(self.realize(v, stride), stride, key, owners)

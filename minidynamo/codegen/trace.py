@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 import functools
 import warnings
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._pytree import tree_flatten
 
 from .errors import CannotCompile, EagerRejects
 from .graph_lowering import fetch_attr, is_dense
@@ -62,8 +63,25 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
     if target is not None:
         raise CannotCompile(f"graph mutates its inputs ({target})")
     _restore_originals(traced, stand_ins)
-    check_eager_accepts(gm, example_inputs)
+    _prefer_eager_strides(traced, check_eager_accepts(gm, example_inputs))
     return traced, inputs
+
+
+def _prefer_eager_strides(traced: torch.fx.GraphModule, strides: Sequence[Optional[Tuple[int, ...]]]) -> None:
+    """Mark the outputs whose eager strides differ from the traced ones only in dimensions of size 0
+    or 1, where the stride is each kernel's choice (meta kernels may choose another): the lowering
+    lays them out as eager does (meta "eager_stride"), since `y.stride()` shows the difference."""
+    output = next(n for n in traced.graph.nodes if n.op == "output")
+    nodes = tree_flatten(output.args[0])[0]
+    if len(nodes) != len(strides):
+        return
+    for node, stride in zip(nodes, strides):
+        val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if stride is None or not isinstance(val, torch.Tensor) or val.dim() != len(stride):
+            continue
+        traced_stride = tuple(val.stride())
+        if traced_stride != stride and all(a == b or size <= 1 for size, a, b in zip(val.shape, traced_stride, stride)):
+            node.meta["eager_stride"] = stride
 
 
 def _with_stand_ins(gm: torch.fx.GraphModule, stand_ins: Dict, copy_values: bool = False) -> torch.fx.GraphModule:
@@ -130,12 +148,14 @@ def check_eager_accepts_copies(gm: torch.fx.GraphModule, example_inputs: Sequenc
         check_eager_accepts(_with_stand_ins(gm, {}, copy_values=True), [_copy(t) for t in example_inputs])
 
 
-def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
+def check_eager_accepts(gm: torch.fx.GraphModule,
+                        example_inputs: Sequence[torch.Tensor]) -> List[Optional[Tuple[int, ...]]]:
     """Run `gm` eagerly once on the example inputs (zeros for fake ones) and raise EagerRejects if
     eager raises. Decompositions and lowerings accept what eager's kernels refuse (softmax of
     uint8, max over an empty dim); with sizes and dtypes fixed by the guards, eager's answer for
     these inputs is its answer for every call. The graph mutates nothing (checked by the trace);
-    random ops draw from a saved and restored generator state."""
+    random ops draw from a saved and restored generator state. Returns the strides of eager's
+    outputs (flattened; None for what is not a tensor)."""
     with unset_fake_temporarily():
         inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
                   if isinstance(t, FakeTensor) else t for t in example_inputs]
@@ -143,9 +163,10 @@ def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch
         try:
             with torch.no_grad(), torch.random.fork_rng(devices), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                gm.forward(*inputs)  # not gm(): on an error that prints the graph code to stderr
+                outputs = gm.forward(*inputs)  # not gm(): on an error that prints the graph code to stderr
         except Exception as e:
             raise EagerRejects(f"{type(e).__name__}: {e}") from e
+    return [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in tree_flatten(outputs)[0]]
 
 
 def _functional_trace(fn, inputs) -> torch.fx.GraphModule:

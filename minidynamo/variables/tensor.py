@@ -122,6 +122,13 @@ class TensorVariable(VariableTracker):
             for i in range(self.example.shape[0])
         ]
 
+    def _stride_is_kernels_choice(self, args: list, kwargs: dict) -> bool:
+        """Whether `stride()` asks about a dimension of size 0 or 1 of a tensor the graph computes:
+        there the stride is each kernel's choice, and the fake tensor's may not be eager's."""
+        if self.node.op in ("placeholder", "get_attr"):
+            return False
+        return any(self.example.size(d) <= 1 for d in _dims_asked(self.example, args, kwargs))
+
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         if name in METHODS_ELSEWHERE and not args:
             return METHODS_ELSEWHERE[name](tx, self, dict(kwargs))
@@ -132,6 +139,9 @@ class TensorVariable(VariableTracker):
             const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
             if name == "size":
                 return self.size_variable(tx, *const_args, **const_kwargs)
+            if name == "stride" and self._stride_is_kernels_choice(const_args, const_kwargs):
+                unimplemented("the stride of a size-0 or size-1 dimension of a tensor the graph computes "
+                              "(each kernel chooses it)")
             if name == "storage_offset":
                 guard_storage_offsets(tx, self)
             value = getattr(self.example, name)(*const_args, **const_kwargs)
@@ -146,6 +156,11 @@ class TensorVariable(VariableTracker):
         if isinstance(result, ConstantVariable) and result.value is not None and name not in _METADATA_METHODS:
             unimplemented(f"tensor.{name}() answers from state the tensor guards do not check")
         return result
+
+
+def _dims_asked(example: torch.Tensor, args: list, kwargs: dict) -> List[int]:
+    dim = args[0] if args else kwargs.get("dim")
+    return list(range(example.dim())) if dim is None else [dim]
 
 
 def real_input(tx, tensor: TensorVariable) -> Optional[torch.Tensor]:
