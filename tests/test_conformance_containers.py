@@ -2257,6 +2257,40 @@ def udict_subclass_copy(x):
     return type(e) is dict, e
 
 
+@dataclasses.dataclass(slots=True)
+class SlotsDC:
+    a: torch.Tensor
+    b: int = 2
+
+
+@case()
+def dc_slots_create_return(x):
+    d = SlotsDC(x + 1)
+    d.b = 3
+    return d
+
+
+@case()
+def dc_slots_read(x):
+    d = SlotsDC(x, 4)
+    return d.a * d.b
+
+
+@case()
+def nested_function_with_generic_annotations(x):
+    def helper(items: list[torch.Tensor], scale: dict[str, int]) -> tuple[torch.Tensor, ...]:
+        return tuple(t * scale["k"] for t in items)
+
+    return helper([x, x + 1], {"k": 2})
+
+
+@case()
+def map_and_filter_iterators_isinstance(x):
+    m = map(abs, [1, -2])
+    f = filter(None, [0, 1])
+    return isinstance(m, map), isinstance(f, (list, tuple)), list(m), list(f), x + 1
+
+
 # =============================================================================================
 # models returning a ModelOutput built in the frame
 # =============================================================================================

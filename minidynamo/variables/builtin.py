@@ -315,7 +315,7 @@ class BuiltinVariable(VariableTracker):
 
     def _call_map(self, tx, fn: VariableTracker, *iterables: VariableTracker):
         columns = [it.unpack_var_sequence(tx) for it in iterables]
-        return ListIteratorVariable([fn.call_function(tx, list(row), {}) for row in zip(*columns)])
+        return ListIteratorVariable([fn.call_function(tx, list(row), {}) for row in zip(*columns)], iter_type=map)
 
     def _call_filter(self, tx, fn: VariableTracker, iterable: VariableTracker):
         keep = []
@@ -323,7 +323,7 @@ class BuiltinVariable(VariableTracker):
             test = item if is_none(fn) else fn.call_function(tx, [item], {})
             if test.truthy(tx):
                 keep.append(item)
-        return ListIteratorVariable(keep)
+        return ListIteratorVariable(keep, iter_type=filter)
 
     def _call_sum(self, tx, seq: VariableTracker, start: VariableTracker = None):
         if seq.is_python_constant() and (start is None or start.is_python_constant()):

@@ -204,11 +204,14 @@ class IteratorVariable(VariableTracker):
         return rest
 
 
+_LIST_ITERATOR = type(iter([]))
+
+
 class ListIteratorVariable(IteratorVariable):
     """An iterator over a known sequence of values, or over a list's live items (`over`)."""
 
     def __init__(self, items: List[VariableTracker], index: int = 0, over: Optional["ListVariable"] = None,
-                 watched: Optional[VariableTracker] = None) -> None:
+                 watched: Optional[VariableTracker] = None, iter_type: Optional[type] = None) -> None:
         super().__init__()
         self.items = items
         self.index = index
@@ -216,6 +219,12 @@ class ListIteratorVariable(IteratorVariable):
         # a dict or set being iterated: Python raises if its keys change meanwhile
         self.watched = watched
         self.watched_keys = _keys(watched) if watched is not None else None
+        self.iter_type = iter_type if iter_type is not None else (_LIST_ITERATOR if over is not None else None)
+
+    def python_type(self) -> type:
+        if self.iter_type is None:  # the same tracker stands for iterators of several types
+            return super().python_type()
+        return self.iter_type
 
     def subvalues(self) -> List[VariableTracker]:
         return [self.over] if self.over is not None else self.items[self.index :]

@@ -324,9 +324,7 @@ class NewObjectVariable(VariableTracker):
     def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
                cls_source: Optional[Source] = None) -> VariableTracker:
         base = mapping_base(cls)
-        if type(cls).__call__ is not type.__call__ or cls.__new__ is not (base or object).__new__ or any(
-            vars(c).get("__slots__") for c in cls.__mro__[:-1]
-        ):
+        if type(cls).__call__ is not type.__call__ or cls.__new__ is not (base or object).__new__:
             return ConstructedObjectVariable(cls, args, kwargs)
         obj = NewObjectVariable(cls, cls_source)
         init = inspect.getattr_static(cls, "__init__")
@@ -389,8 +387,11 @@ class NewObjectVariable(VariableTracker):
         self.generic_setattr(tx, name, value)
 
     def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
-        if _is_data_descriptor(self.cls, name):
+        is_slot = isinstance(inspect.getattr_static(self.cls, name, None), types.MemberDescriptorType)
+        if not is_slot and _is_data_descriptor(self.cls, name):
             unimplemented(f"assigning {self.cls.__qualname__}.{name}, a data descriptor")
+        if not is_slot and not self.cls.__dictoffset__:
+            unimplemented(f"assigning '{name}' of a {self.cls.__qualname__}, which has no such slot (Python raises)")
         self.attrs[name] = value
 
     def reconstruct(self, codegen) -> None:
