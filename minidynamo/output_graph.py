@@ -158,13 +158,24 @@ class OutputGraph:
                          load: Optional[Source] = None) -> torch.fx.Node:
         """A graph input after the existing ones (graph inputs come in the order of `graphargs`)."""
         first_op = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        name = self._argument_name(source)
         if first_op is None:  # inserting_before(None) would insert at the front
-            node = self.graph.placeholder(_node_name(source.name()))
+            node = self.graph.placeholder(name)
         else:
             with self.graph.inserting_before(first_op):
-                node = self.graph.placeholder(_node_name(source.name()))
+                node = self.graph.placeholder(name)
         self.graphargs.append(GraphArg(source, example, node, load))
         return node
+
+    def _argument_name(self, source: Source) -> str:
+        """The graph function's parameter name for `source`: sources whose names differ only in
+        punctuation (`a.b_c`, `a.b.c`) get distinct parameters."""
+        taken = {arg.node.target for arg in self.graphargs}
+        name = base = _node_name(source.name())
+        suffix = 1
+        while name in taken:
+            name, suffix = f"{base}_{suffix}", suffix + 1
+        return name
 
     def _lift_sizes(self, source: Source, value: torch.Tensor, fake: torch.Tensor, dims: Tuple[int, ...]) -> None:
         """Each new symbol among `fake`'s sizes becomes a graph input, passed `value.shape[dim]`."""

@@ -159,3 +159,23 @@ def test_instance_dict_entry_shadowing_a_parameter_read():
         m(x)
     with pytest.raises(AttributeError):
         compiled(x)
+
+
+def test_parameters_whose_source_names_differ_only_in_punctuation_are_distinct_inputs():
+    class Nested(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a_b = nn.Linear(2, 2)
+            self.a = nn.Module()
+            self.a.b = nn.Linear(2, 2)
+            self.layer_norm = nn.Linear(2, 2)
+            self.layer = nn.ModuleDict({"norm": nn.Linear(2, 2)})
+
+        def forward(self, x):
+            return self.a_b(x) + self.a.b(x) + self.layer_norm(x) + self.layer["norm"](x)
+
+    m, x = Nested(), torch.randn(3, 2)
+    out, seen = _graphs(m, x)
+    torch.testing.assert_close(out, m(x))
+    (gm, example_inputs), = seen
+    assert len({n.target for n in gm.graph.nodes if n.op == "placeholder"}) == len(example_inputs) == 9

@@ -291,9 +291,3 @@ class BoundMethodCall(VariableTracker):
     def subvalues(self) -> List[VariableTracker]:
         return [self.obj]
 
-    def reconstruct(self, codegen) -> None:
-        codegen.reconstruct(self.obj)
-        codegen.load_attr(self.name)
-
-    def subvalues(self) -> List[VariableTracker]:
-        return [self.obj]
