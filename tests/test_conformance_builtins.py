@@ -522,3 +522,231 @@ def test_super_class_attribute_is_guarded():
         torch.testing.assert_close(compiled(x), x * 10)
     finally:
         Holder.k = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# itertools
+# ---------------------------------------------------------------------------------------------
+@case("itertools", (rand(4), rand(4)))
+def it_chain(x, y):
+    out = 0
+    for t in itertools.chain([x, y], (x * 2,)):
+        out = out + t
+    return out
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_chain_to_list(x, y):
+    return [t * 2 for t in itertools.chain([x], [y, x])]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_chain_from_iterable(x, y):
+    return sum(itertools.chain.from_iterable([[x, y], [x * 3]]))
+
+
+@case("itertools")
+def it_chain_constants(x):
+    return x * len(list(itertools.chain(range(3), "ab", (7,))))
+
+
+@case("itertools")
+def it_chain_empty(x):
+    return x + len(list(itertools.chain()))
+
+
+@case("itertools")
+def it_product(x):
+    out = x
+    for a, b in itertools.product([1, 2], [3, 4]):
+        out = out + a * b
+    return out
+
+
+@case("itertools")
+def it_product_repeat(x):
+    return x * len(list(itertools.product(range(2), repeat=3)))
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_product_tensors(x, y):
+    return [a * b for a, b in itertools.product([x, y], [x, y])]
+
+
+@case("itertools")
+def it_combinations(x):
+    return [x * (a + b) for a, b in itertools.combinations([1, 2, 3], 2)]
+
+
+@case("itertools", (rand(4), rand(4), rand(4)))
+def it_combinations_tensors(x, y, z):
+    return sum(a * b for a, b in itertools.combinations([x, y, z], 2))
+
+
+@case("itertools", torch_fails="Dynamo does not know how to trace itertools.combinations_with_replacement")
+def it_combinations_with_replacement(x):
+    return x * len(list(itertools.combinations_with_replacement(range(3), 2)))
+
+
+@case("itertools")
+def it_permutations(x):
+    return [x * a - b for a, b in itertools.permutations([1, 2, 3], 2)]
+
+
+@case("itertools")
+def it_permutations_full(x):
+    return x + len(list(itertools.permutations("abc")))
+
+
+@case("itertools", (rand(4), rand(4), rand(4)))
+def it_islice(x, y, z):
+    return [t + 1 for t in itertools.islice([x, y, z], 2)]
+
+
+@case("itertools", (rand(4), rand(4), rand(4)))
+def it_islice_start_stop_step(x, y, z):
+    return list(itertools.islice([x, y, z, x * 2], 1, None, 2))
+
+
+@case("itertools")
+def it_islice_count(x):
+    return [x * i for i in itertools.islice(itertools.count(5), 3)]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_zip_longest(x, y):
+    return [a if b is None else a + b for a, b in itertools.zip_longest([x, y], [y])]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_zip_longest_fillvalue(x, y):
+    return [a * b for a, b in itertools.zip_longest([x, y, x], [2, 3], fillvalue=10)]
+
+
+@case("itertools")
+def it_accumulate(x):
+    return x * list(itertools.accumulate([1, 2, 3, 4]))[-1]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_accumulate_tensors(x, y):
+    return list(itertools.accumulate([x, y, x]))
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_accumulate_func(x, y):
+    return list(itertools.accumulate([x, y], torch.maximum))
+
+
+@case("itertools")
+def it_accumulate_initial(x):
+    return x + sum(itertools.accumulate([1, 2], operator.mul, initial=3))
+
+
+@case("itertools")
+def it_repeat(x):
+    return [t * i for i, t in enumerate(itertools.repeat(x, 3))]
+
+
+@case("itertools")
+def it_repeat_constant(x):
+    return x * sum(itertools.repeat(2, 4))
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_repeat_with_zip(x, y):
+    return [a * b for a, b in zip([x, y], itertools.repeat(3))]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_count_with_zip(x, y):
+    return [t * i for i, t in zip(itertools.count(), [x, y])]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_count_step(x, y):
+    return [t * i for i, t in zip(itertools.count(1, 2), [x, y])]
+
+
+@case("itertools")
+def it_count_next(x):
+    c = itertools.count(3)
+    a = next(c)
+    b = next(c)
+    return x * a + b
+
+
+@case("itertools")
+def it_groupby(x):
+    out = []
+    for key, group in itertools.groupby([1, 1, 2, 3, 3, 3]):
+        out.append(x * key * len(list(group)))
+    return out
+
+
+@case("itertools")
+def it_groupby_key(x):
+    return {k: x * len(list(g)) for k, g in itertools.groupby("aabbbc", key=str.upper)}
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_pairwise(x, y):
+    return [a - b for a, b in itertools.pairwise([x, y, x * 2])]
+
+
+@case("itertools")
+def it_starmap(x):
+    return x + sum(itertools.starmap(pow, [(2, 3), (3, 2)]))
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_starmap_tensors(x, y):
+    return list(itertools.starmap(torch.add, [(x, y), (y, x)]))
+
+
+@case("itertools")
+def it_takewhile(x):
+    return x * sum(itertools.takewhile(lambda v: v < 4, [1, 3, 5, 2]))
+
+
+@case("itertools")
+def it_dropwhile(x):
+    return x * sum(itertools.dropwhile(lambda v: v < 4, [1, 3, 5, 2]))
+
+
+@case("itertools")
+def it_compress(x):
+    return x * sum(itertools.compress([1, 2, 3, 4], [1, 0, 1, 0]))
+
+
+@case("itertools")
+def it_filterfalse(x):
+    return x * sum(itertools.filterfalse(lambda v: v % 2, range(6)))
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_tee(x, y):
+    a, b = itertools.tee([x, y])
+    return [t * 2 for t in a] + list(b)
+
+
+@case("itertools")
+def it_cycle(x):
+    c = itertools.cycle([1, 2])
+    return x * (next(c) + next(c) + next(c))
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_chain_of_enumerate(x, y):
+    return [t * i for i, t in itertools.chain(enumerate([x]), enumerate([y], 5))]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_product_of_dict_items(x, y):
+    d = {"a": x, "b": y}
+    return [v * k for (_, v), k in itertools.product(d.items(), [1, 2])]
+
+
+@pytest.mark.parametrize("name", names("itertools"))
+def test_itertools(name):
+    check("itertools", name)

@@ -16,6 +16,7 @@ from .tensor import TensorVariable
 from .numpy import NumpyNdarrayVariable
 from .torch import TorchVariable
 from .autograd_function import AutogradFunctionClassVariable
+from .stdlib import STDLIB_FUNCTIONS
 from .builtin import BuiltinVariable
 from .builder import VariableBuilder, wrap_constant_result
 

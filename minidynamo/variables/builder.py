@@ -18,7 +18,7 @@ from ..guards import Guard, GuardKind
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .autograd_function import AutogradFunctionClassVariable, is_custom_autograd_function
 from .base import VariableTracker
-from .builtin import BuiltinVariable
+from .builtin import BuiltinVariable, is_stdlib
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
@@ -161,7 +161,8 @@ class VariableBuilder:
         if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict, set):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             return BoundMethodCall(owner, value.__name__)
-        if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
+        if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES) or (
+                is_stdlib(value)):
             self.guard(GuardKind.ID_MATCH, value)
             return BuiltinVariable(value, source)
         if is_custom_autograd_function(value):

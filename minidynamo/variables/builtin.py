@@ -17,7 +17,7 @@ from ..exc import unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
 from ..source import AttrSource
 from .base import VariableTracker
-from .constant import ConstantVariable, is_constant_value, is_none
+from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
 from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListIteratorVariable, ListVariable,
@@ -25,6 +25,7 @@ from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListI
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyNdarrayVariable, numpy_call
+from .stdlib import STDLIB_FUNCTIONS
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 from .torch import read_setting
@@ -82,6 +83,12 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if self.fn is dict and callable(getattr(dict, name, None)):
             return DictClassMethod(dict, name)
+        # attributes of builtin functions and types cannot be reassigned: read without a guard
+        value = getattr(self.fn, name, None)
+        if value is not None and (is_stdlib(value) or name in ("__name__", "__qualname__", "__module__")):
+            return tx.wrap(value)
+        if value is not None and _is_pure_method(value):
+            return BuiltinVariable(value)
         return super().var_getattr(tx, name)
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
@@ -102,6 +109,11 @@ class BuiltinVariable(VariableTracker):
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if self.fn in (operator.itemgetter, operator.attrgetter) and args and not kwargs:
             return GetterVariable(self.fn, [a.as_python_constant() for a in args])
+        if is_stdlib(self.fn):
+            handler = STDLIB_FUNCTIONS[self.fn]
+            if not _binds(handler, args, kwargs):  # Python raises the TypeError when the frame runs
+                unimplemented(f"{self.describe()} with arguments it does not take here")
+            return handler(tx, *args, **kwargs)
         if _is_sym_arithmetic(self.fn, args, kwargs):
             return tx.output.call_graph_op(tx, "call_function", _SYM_FUNCTIONS.get(self.fn, self.fn), args, {})
         handler = getattr(self, f"_call_{getattr(self.fn, '__name__', '')}", None)
@@ -128,7 +140,7 @@ class BuiltinVariable(VariableTracker):
             return same
         if self.fn is sys.getrecursionlimit and not args and not kwargs:
             return read_setting(tx, self.fn)
-        if (self.fn in _FOLDABLE or self.fn is sys.getdefaultencoding) and all(
+        if (self.fn in _FOLDABLE or self.fn is sys.getdefaultencoding or _is_pure_method(self.fn)) and all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
         ) and not (self.fn in _MUTATING and any(a.has_identity for a in args)):
             try:
@@ -413,11 +425,28 @@ def _signature(handler: Callable) -> inspect.Signature:
 
 
 def _binds(handler: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:
+    """Whether a handler (a method taking self and tx, or a function taking tx) takes these arguments."""
+    leading = (None, None) if hasattr(handler, "__func__") else (None,)
     try:
-        _signature(handler.__func__).bind(None, None, *args, **kwargs)
+        _signature(getattr(handler, "__func__", handler)).bind(*leading, *args, **kwargs)
     except TypeError:
         return False
     return True
+
+
+def _is_pure_method(fn: Any) -> bool:
+    """A method of an immutable builtin type (`str.upper`, `int.from_bytes`): folded on constants."""
+    owner = getattr(fn, "__objclass__", None)
+    if owner is None and isinstance(fn, types.BuiltinMethodType):
+        owner = getattr(fn, "__self__", None)
+    return isinstance(owner, type) and owner in PURE_METHOD_TYPES
+
+
+def is_stdlib(fn: Any) -> bool:
+    try:
+        return fn in STDLIB_FUNCTIONS
+    except TypeError:  # unhashable
+        return False
 
 
 def _is_immutable(value: VariableTracker) -> bool:

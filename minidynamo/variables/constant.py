@@ -27,7 +27,7 @@ def is_constant_value(value: Any) -> bool:
 
 
 # Methods of immutable constants that are pure: evaluated while tracing.
-_PURE_METHOD_TYPES = (int, float, bool, str, bytes, complex, tuple, torch.Size, range, slice, frozenset)
+PURE_METHOD_TYPES = (int, float, bool, str, bytes, complex, tuple, torch.Size, range, slice, frozenset)
 
 
 class ConstantVariable(VariableTracker):
@@ -53,12 +53,12 @@ class ConstantVariable(VariableTracker):
         return [ConstantVariable(v) for v in self.value]
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        if isinstance(self.value, _PURE_METHOD_TYPES + _OPAQUE) and not name.startswith("__"):
+        if isinstance(self.value, PURE_METHOD_TYPES + _OPAQUE) and not name.startswith("__"):
             return tx.wrap_constant(getattr(self.value, name))
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
-        if not isinstance(self.value, _PURE_METHOD_TYPES) or not all(
+        if not isinstance(self.value, PURE_METHOD_TYPES) or not all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
         ):
             unimplemented(f"method {name} of {self.describe()} with non-constant arguments")

@@ -1,0 +1,289 @@
+"""itertools and functools.reduce over trackers: each itertools iterator is a Python generator over
+trackers, advanced one item at a time as the traced code pulls from it (so `count()` and `cycle()`
+work under `zip` and `islice`)."""
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+from ..exc import unimplemented
+from .base import VariableTracker
+from .constant import ConstantVariable, is_none
+from .lists import IteratorVariable, ListIteratorVariable, TupleVariable, iterate
+
+# More items than this from one iterator: an unbounded loop (`list(count())`), not traced.
+MAX_ITEMS = 100_000
+_FILL = object()  # the index zip_longest fills in, standing for its fillvalue
+
+
+class LazyIterator(IteratorVariable):
+    """An itertools iterator made while tracing; `steps` yields its items, reading the translator
+    advancing it through `self.tx`."""
+
+    def __init__(self, cls: type, steps: Callable[["LazyIterator"], Iterator[VariableTracker]]) -> None:
+        super().__init__()
+        self.cls = cls
+        self.tx: Any = None
+        self.produced = 0
+        self.steps = steps(self)
+
+    def describe(self) -> str:
+        return f"itertools.{self.cls.__name__} iterator"
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        self.tx = tx
+        self.produced += 1
+        if self.produced > MAX_ITEMS:
+            unimplemented(f"more than {MAX_ITEMS} items from {self.describe()} (an unbounded loop?)")
+        return next(self.steps, None)
+
+
+def _pull(it: LazyIterator, iterable: VariableTracker) -> Iterator[VariableTracker]:
+    """The items of `iterable`, pulled one at a time as `it` is advanced."""
+    inner = iterate(it.tx, iterable)
+    while True:
+        item = inner.next_item(it.tx)
+        if item is None:
+            return
+        yield item
+
+
+def _const(value: Optional[VariableTracker], default: Any = None) -> Any:
+    return default if value is None or is_none(value) else value.as_python_constant()
+
+
+def _lazy(cls: type, steps: Callable[[LazyIterator], Iterator[VariableTracker]]) -> LazyIterator:
+    return LazyIterator(cls, steps)
+
+
+def _by_index(tx, cls: type, pools: List[List[VariableTracker]], index_rows: Iterator[tuple],
+              fill: Optional[VariableTracker] = None) -> LazyIterator:
+    """An iterator whose rows are those real itertools makes from index ranges, mapped back to the
+    trackers: row position k picks from pool k (modulo the pool count, for `repeat=`)."""
+
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        for row in index_rows:
+            yield TupleVariable([fill if i is _FILL else pools[k % len(pools)][i] for k, i in enumerate(row)])
+
+    return _lazy(cls, steps)
+
+
+def _items(tx, iterable: VariableTracker) -> List[VariableTracker]:
+    return iterate(tx, iterable).unpack_var_sequence(tx)
+
+
+def _chain(tx, *iterables: VariableTracker) -> LazyIterator:
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        for iterable in iterables:
+            yield from _pull(it, iterable)
+
+    return _lazy(itertools.chain, steps)
+
+
+def _chain_from_iterable(tx, iterables: VariableTracker) -> LazyIterator:
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        for iterable in _pull(it, iterables):
+            yield from _pull(it, iterable)
+
+    return _lazy(itertools.chain, steps)
+
+
+def _product(tx, *iterables: VariableTracker, repeat: Optional[VariableTracker] = None) -> LazyIterator:
+    pools = [_items(tx, i) for i in iterables]
+    rows = itertools.product(*[range(len(p)) for p in pools], repeat=_const(repeat, 1))
+    return _by_index(tx, itertools.product, pools, rows)
+
+
+def _single_pool(cls: type) -> Callable:
+    """combinations, combinations_with_replacement, permutations and pairwise: rows of one pool."""
+
+    def make(tx, iterable: VariableTracker, *r: VariableTracker) -> LazyIterator:
+        pool = _items(tx, iterable)
+        rows = cls(range(len(pool)), *[_const(v) for v in r])
+        return _by_index(tx, cls, [pool], rows)
+
+    return make
+
+
+def _zip_longest(tx, *iterables: VariableTracker, fillvalue: VariableTracker = ConstantVariable(None)) -> LazyIterator:
+    pools = [_items(tx, i) for i in iterables]
+    rows = itertools.zip_longest(*[range(len(p)) for p in pools], fillvalue=_FILL)
+    return _by_index(tx, itertools.zip_longest, pools, rows, fillvalue)
+
+
+def _islice(tx, iterable: VariableTracker, *bounds: VariableTracker) -> LazyIterator:
+    bound = slice(*[_const(b) for b in bounds])
+    start, stop, step = bound.start or 0, bound.stop, bound.step or 1
+
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:  # CPython's islice_next, step by step
+        items = _pull(it, iterable)
+        count, wanted = 0, start
+        while True:
+            while count < wanted:
+                if next(items, None) is None:
+                    return
+                count += 1
+            if stop is not None and count >= stop:
+                return
+            item = next(items, None)
+            if item is None:
+                return
+            count += 1
+            wanted = wanted + step if stop is None else min(wanted + step, stop)
+            yield item
+
+    return _lazy(itertools.islice, steps)
+
+
+def _count(tx, start: VariableTracker = ConstantVariable(0), step: VariableTracker = ConstantVariable(1)):
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        value = start
+        while True:
+            yield value
+            value = it.tx.call_operator(operator.add, value, step)
+
+    return _lazy(itertools.count, steps)
+
+
+def _repeat(tx, item: VariableTracker, times: Optional[VariableTracker] = None) -> LazyIterator:
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        for _ in itertools.repeat(None, _const(times)) if times is not None else itertools.repeat(None):
+            yield item
+
+    return _lazy(itertools.repeat, steps)
+
+
+def _cycle(tx, iterable: VariableTracker) -> LazyIterator:
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        saved = []
+        for item in _pull(it, iterable):
+            saved.append(item)
+            yield item
+        while saved:
+            yield from saved
+
+    return _lazy(itertools.cycle, steps)
+
+
+def _accumulate(tx, iterable: VariableTracker, func: Optional[VariableTracker] = None, *,
+                initial: Optional[VariableTracker] = None) -> LazyIterator:
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        total = None if initial is None or is_none(initial) else initial
+        if total is not None:
+            yield total
+        for item in _pull(it, iterable):
+            if total is None:
+                total = item
+            elif func is None or is_none(func):
+                total = it.tx.call_operator(operator.add, total, item)
+            else:
+                total = func.call_function(it.tx, [total, item], {})
+            yield total
+
+    return _lazy(itertools.accumulate, steps)
+
+
+def _starmap(tx, func: VariableTracker, iterable: VariableTracker) -> LazyIterator:
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        for args in _pull(it, iterable):
+            yield func.call_function(it.tx, args.unpack_var_sequence(it.tx), {})
+
+    return _lazy(itertools.starmap, steps)
+
+
+def _filtering(cls: type, keep: Callable[[bool, bool], bool]) -> Callable:
+    """takewhile, dropwhile and filterfalse: `keep(test, dropping)` over the predicate's truth."""
+
+    def make(tx, predicate: VariableTracker, iterable: VariableTracker) -> LazyIterator:
+        def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+            dropping = True
+            for item in _pull(it, iterable):
+                test = predicate.call_function(it.tx, [item], {}).truthy(it.tx)
+                if cls is itertools.takewhile and not test:
+                    return
+                dropping = dropping and test
+                if keep(test, dropping):
+                    yield item
+
+        return _lazy(cls, steps)
+
+    return make
+
+
+def _compress(tx, data: VariableTracker, selectors: VariableTracker) -> LazyIterator:
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        for item, selector in zip(_pull(it, data), _pull(it, selectors)):
+            if selector.truthy(it.tx):
+                yield item
+
+    return _lazy(itertools.compress, steps)
+
+
+def _groupby(tx, iterable: VariableTracker, key: Optional[VariableTracker] = None) -> LazyIterator:
+    def key_of(it: LazyIterator, item: VariableTracker) -> VariableTracker:
+        return item if key is None or is_none(key) else key.call_function(it.tx, [item], {})
+
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        items = _pull(it, iterable)
+        pending = next(items, None)
+        while pending is not None:
+            group_key, group = key_of(it, pending), [pending]
+            pending = None
+            for item in items:
+                if not it.tx.call_operator(operator.eq, key_of(it, item), group_key).truthy(it.tx):
+                    pending = item
+                    break
+                group.append(item)
+            group_iterator = ListIteratorVariable(group)
+            yield TupleVariable([group_key, group_iterator])
+            group_iterator.index = len(group)  # advancing groupby empties the group it gave before
+
+    return _lazy(itertools.groupby, steps)
+
+
+def _tee(tx, iterable: VariableTracker, n: VariableTracker = ConstantVariable(2)) -> VariableTracker:
+    items = _items(tx, iterable)
+    return TupleVariable([ListIteratorVariable(list(items)) for _ in range(_const(n))])
+
+
+def _reduce(tx, func: VariableTracker, iterable: VariableTracker, *initial: VariableTracker) -> VariableTracker:
+    items = _items(tx, iterable)
+    if initial:
+        items = [initial[0], *items]
+    if not items:
+        unimplemented("functools.reduce() of an empty sequence with no initial value (Python raises)")
+    total = items[0]
+    for item in items[1:]:
+        total = func.call_function(tx, [total, item], {})
+    return total
+
+
+# function -> handler(tx, *args, **kwargs) returning the result's tracker
+STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
+    itertools.chain: _chain,
+    itertools.chain.from_iterable: _chain_from_iterable,
+    itertools.product: _product,
+    itertools.combinations: _single_pool(itertools.combinations),
+    itertools.combinations_with_replacement: _single_pool(itertools.combinations_with_replacement),
+    itertools.permutations: _single_pool(itertools.permutations),
+    itertools.pairwise: _single_pool(itertools.pairwise),
+    itertools.zip_longest: _zip_longest,
+    itertools.islice: _islice,
+    itertools.count: _count,
+    itertools.repeat: _repeat,
+    itertools.cycle: _cycle,
+    itertools.accumulate: _accumulate,
+    itertools.starmap: _starmap,
+    itertools.takewhile: _filtering(itertools.takewhile, lambda test, dropping: True),
+    itertools.dropwhile: _filtering(itertools.dropwhile, lambda test, dropping: not dropping),
+    itertools.filterfalse: _filtering(itertools.filterfalse, lambda test, dropping: not test),
+    itertools.compress: _compress,
+    itertools.groupby: _groupby,
+    itertools.tee: _tee,
+    functools.reduce: _reduce,
+}
