@@ -750,3 +750,330 @@ def it_product_of_dict_items(x, y):
 @pytest.mark.parametrize("name", names("itertools"))
 def test_itertools(name):
     check("itertools", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# functools
+# ---------------------------------------------------------------------------------------------
+def scaled_add(a, b, scale=1.0):
+    return (a + b) * scale
+
+
+ADD_TWO = functools.partial(scaled_add, b=2)
+
+
+@case("functools")
+def ft_reduce_constants(x):
+    return x * functools.reduce(operator.add, [1, 2, 3])
+
+
+@case("functools", (rand(4), rand(4)))
+def ft_reduce_tensors(x, y):
+    return functools.reduce(operator.mul, [x, y, x])
+
+
+@case("functools", (rand(4), rand(4)))
+def ft_reduce_initial(x, y):
+    return functools.reduce(lambda a, b: a + b * 2, [x, y], 10)
+
+
+@case("functools", (rand(4), rand(4)))
+def ft_reduce_torch_fn(x, y):
+    return functools.reduce(torch.maximum, (x, y, x * 0.5))
+
+
+@case("functools")
+def ft_reduce_single(x):
+    return functools.reduce(operator.add, [x]) * 3
+
+
+@case("functools", (rand(4), rand(4)))
+def ft_partial_positional(x, y):
+    return functools.partial(scaled_add, x)(y)
+
+
+@case("functools", (rand(4), rand(4)))
+def ft_partial_keyword(x, y):
+    return functools.partial(scaled_add, scale=3.0)(x, y)
+
+
+@case("functools")
+def ft_partial_func_attribute(x):
+    p = functools.partial(scaled_add, x, scale=2.0)
+    return p.func(x, x), p.args[0] * 2, p.keywords["scale"]
+
+
+@case("functools")
+def ft_global_partial(x):
+    return ADD_TWO(x)
+
+
+@case("functools")
+def ft_global_partial_attributes(x):
+    return x * ADD_TWO.keywords["b"], ADD_TWO.func is scaled_add, len(ADD_TWO.args)
+
+
+@case("functools", (rand(4), rand(4)))
+def ft_partial_of_partial(x, y):
+    p = functools.partial(functools.partial(scaled_add, scale=0.5), x)
+    return p(y)
+
+
+@case("functools")
+def ft_partial_of_torch(x):
+    return functools.partial(torch.clamp, min=-0.5)(x, max=0.5)
+
+
+@case("functools")
+def ft_partial_of_lambda(x):
+    return functools.partial(lambda a, k: a * k, k=4)(x)
+
+
+@case("functools", (rand(4), rand(4)))
+def ft_partial_in_map(x, y):
+    return list(map(functools.partial(scaled_add, scale=2.0), [x, y], [y, x]))
+
+
+@case("functools")
+def ft_wraps_decorator(x):
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args):
+            return fn(*args) + 1
+
+        return wrapper
+
+    return deco(torch.sin)(x)
+
+
+@case("functools")
+def ft_wraps_name(x):
+    def inner(t):
+        return t * 2
+
+    @functools.wraps(inner)
+    def outer(t):
+        return inner(t) - 1
+
+    return outer(x), outer.__name__
+
+
+def _decorated(fn):
+    @functools.wraps(fn)
+    def wrapper(t):
+        return fn(t) * 2
+
+    return wrapper
+
+
+@_decorated
+def globally_decorated(t):
+    return t + 1
+
+
+@case("functools")
+def ft_call_wrapped_global(x):
+    return globally_decorated(x)
+
+
+@case("functools")
+def ft_wrapped_attribute(x):
+    return globally_decorated.__wrapped__(x)
+
+
+@case("functools", torch_fails="does not trace the builtin _functools.cmp_to_key")
+def ft_cmp_to_key(x):
+    order = sorted([3, 1, 2], key=functools.cmp_to_key(lambda a, b: b - a))
+    return x * order[0]
+
+
+@pytest.mark.parametrize("name", names("functools"))
+def test_functools(name):
+    check("functools", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# operator
+# ---------------------------------------------------------------------------------------------
+@case("operator", (rand(4), rand(4)))
+def op_binary_tensors(x, y):
+    return (operator.add(x, y), operator.sub(x, y), operator.mul(x, y), operator.truediv(x, y + 3),
+            operator.pow(x.abs(), 2), operator.neg(x), operator.pos(y), operator.abs(x))
+
+
+@case("operator", (rand(4), rand(4)))
+def op_compare_tensors(x, y):
+    return operator.lt(x, y), operator.le(x, y), operator.gt(x, y), operator.ge(x, y), operator.eq(x, y), operator.ne(x, y)
+
+
+@case("operator", (rand(4, dtype=torch.int64), rand(4, dtype=torch.int64)))
+def op_bitwise_tensors(x, y):
+    return operator.and_(x, y), operator.or_(x, y), operator.xor(x, y), operator.invert(x)
+
+
+@case("operator", (rand(4, dtype=torch.int64), rand(4, dtype=torch.int64).abs() + 1))
+def op_floordiv_mod_tensors(x, y):
+    return operator.floordiv(x, y), operator.mod(x, y)
+
+
+@case("operator", (rand(3, 3), rand(3, 3)))
+def op_matmul(x, y):
+    return operator.matmul(x, y)
+
+
+@case("operator")
+def op_on_constants(x):
+    return x * (operator.add(2, 3) + operator.mul(2, 4) - operator.floordiv(9, 2) + operator.mod(7, 3))
+
+
+@case("operator")
+def op_truth_not(x):
+    return x * operator.truth(3) + operator.not_(0)
+
+
+@case("operator")
+def op_index(x):
+    return x[operator.index(1)]
+
+
+@case("operator")
+def op_getitem_tensor(x):
+    return operator.getitem(x, 2) * 2
+
+
+@case("operator", (rand(4), rand(4)))
+def op_getitem_list(x, y):
+    return operator.getitem([x, y], 1) * 2
+
+
+@case("operator", (rand(4), rand(4)))
+def op_itemgetter_single(x, y):
+    return operator.itemgetter(1)([x, y]) * 2
+
+
+@case("operator", (rand(4), rand(4)))
+def op_itemgetter_multiple(x, y):
+    a, b = operator.itemgetter(0, 1)((x, y, x))
+    return a + b
+
+
+@case("operator", (rand(4), rand(4)))
+def op_itemgetter_dict(x, y):
+    return operator.itemgetter("b")({"a": x, "b": y}) - 1
+
+
+@case("operator", (rand(4), rand(4)))
+def op_itemgetter_sort_key(x, y):
+    pairs = sorted([(2, x), (1, y)], key=operator.itemgetter(0))
+    return pairs[0][1] * 3
+
+
+@case("operator")
+def op_attrgetter(x):
+    return x * operator.attrgetter("shape")(x)[0]
+
+
+@case("operator")
+def op_attrgetter_dotted(x):
+    return x + operator.attrgetter("dtype.is_floating_point")(x)
+
+
+@case("operator")
+def op_attrgetter_multiple(x):
+    shape, ndim = operator.attrgetter("shape", "ndim")(x)
+    return x * ndim + shape[0]
+
+
+@case("operator")
+def op_methodcaller(x):
+    return operator.methodcaller("sum")(x)
+
+
+@case("operator")
+def op_methodcaller_args(x):
+    return operator.methodcaller("clamp", min=0.0)(x) + operator.methodcaller("add", 2)(x)
+
+
+@case("operator")
+def op_methodcaller_str(x):
+    return x * len(operator.methodcaller("split", ",")("a,b,c"))
+
+
+@case("operator", (rand(4), rand(4)))
+def op_in_place_tensors(x, y):
+    z = x.clone()
+    z = operator.iadd(z, y)
+    z = operator.imul(z, 2)
+    z = operator.isub(z, 1)
+    return operator.itruediv(z, 3)
+
+
+@case("operator")
+def op_in_place_constants(x):
+    return x * operator.iadd(2, 3) + operator.imul(2, 2)
+
+
+@case("operator")
+def op_concat_contains(x):
+    return x * len(operator.concat([1], [2, 3])) + operator.contains([1, 2], 2)
+
+
+@case("operator", torch_fails="does not trace operator.indexOf on a list")
+def op_countof_indexof(x):
+    return x * operator.countOf([1, 2, 1], 1) + operator.indexOf([5, 6], 6)
+
+
+@case("operator")
+def op_is_is_not(x):
+    return x * operator.is_(None, None) + operator.is_not(1, None)
+
+
+@case("operator")
+def op_shifts_constants(x):
+    return x * operator.lshift(1, 3) + operator.rshift(16, 2)
+
+
+@case("operator")
+def op_length_hint(x):
+    return x * operator.length_hint([1, 2, 3])
+
+
+@case("operator", (rand(4), rand(4)))
+def op_map_add(x, y):
+    return list(map(operator.add, [x, y], [y, x]))
+
+
+@case("operator", (rand(4), rand(4)))
+def op_reduce_with_operator(x, y):
+    return functools.reduce(operator.sub, [x, y, x])
+
+
+@case("operator", (rand(2, 3),))
+def op_getitem_slice(x):
+    return operator.getitem(x, (slice(None), slice(0, 2))) + 1
+
+
+@case("operator", (rand(4), rand(4)), torch_fails="does not trace operator.setitem on a list")
+def op_setitem_list(x, y):
+    items = [x, y]
+    operator.setitem(items, 0, y * 2)
+    return items
+
+
+@case("operator", (rand(4), rand(4)), torch_fails="does not trace operator.delitem on a list")
+def op_delitem_list(x, y):
+    items = [x, y, x * 3]
+    operator.delitem(items, 1)
+    return items
+
+
+@case("operator", torch_fails="does not trace operator.setitem on a tensor")
+def op_setitem_tensor(x):
+    y = x.clone()
+    operator.setitem(y, 0, 5.0)
+    return y
+
+
+@pytest.mark.parametrize("name", names("operator"))
+def test_operator(name):
+    check("operator", name)

@@ -99,6 +99,9 @@ class VariableBuilder:
             kwargs = {k: VariableBuilder(tx, source and GetItemSource(AttrSource(source, "keywords"), k))(v)
                       for k, v in value.keywords.items()}
             return PartialVariable(func, args, kwargs)
+        if is_stdlib(value):
+            self.guard(GuardKind.ID_MATCH, value)
+            return BuiltinVariable(value, source)
         if type(value) is dict and all(is_constant_value(k) for k in value):
             self.guard(GuardKind.DICT_KEYS, value)
             items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
@@ -155,14 +158,12 @@ class VariableBuilder:
             if func_source is not None:
                 tx.output.add_guard(Guard(func_source, GuardKind.ID_MATCH, value.__func__))
             return UserMethodVariable(value.__func__, owner, func_source)
-        if any(value is f for f in (object.__setattr__, object.__init__, functools.partial, operator.itemgetter,
-                                    operator.attrgetter)):
+        if any(value is f for f in (object.__setattr__, object.__init__, functools.partial)):
             return BuiltinVariable(value)
         if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict, set):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             return BoundMethodCall(owner, value.__name__)
-        if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES) or (
-                is_stdlib(value)):
+        if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
             self.guard(GuardKind.ID_MATCH, value)
             return BuiltinVariable(value, source)
         if is_custom_autograd_function(value):

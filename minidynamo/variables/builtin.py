@@ -107,8 +107,6 @@ class BuiltinVariable(VariableTracker):
             return NamedTupleVariable(args[1].unpack_var_sequence(tx), args[0].as_python_constant())  # _make
         if self.fn is functools.partial and args:
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
-        if self.fn in (operator.itemgetter, operator.attrgetter) and args and not kwargs:
-            return GetterVariable(self.fn, [a.as_python_constant() for a in args])
         if is_stdlib(self.fn):
             handler = STDLIB_FUNCTIONS[self.fn]
             if not _binds(handler, args, kwargs):  # Python raises the TypeError when the frame runs
@@ -544,28 +542,3 @@ def _instance_dict_known(obj: VariableTracker) -> bool:
     """Whether every instance attribute of `obj` is known while tracing: objects built in the frame
     by traced code (their attribute stores are tracked; other trackers reject them)."""
     return isinstance(obj, NewObjectVariable) or (obj.source is None and not isinstance(obj, ConstructedObjectVariable))
-
-
-class GetterVariable(VariableTracker):
-    """operator.itemgetter(...) / operator.attrgetter(...) made while tracing."""
-
-    def __init__(self, kind: Callable, keys: List[Any]) -> None:
-        super().__init__()
-        self.kind = kind
-        self.keys = keys
-
-    def describe(self) -> str:
-        return f"{self.kind.__name__}{tuple(self.keys)!r}"
-
-    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        (obj,) = args
-        results = []
-        for key in self.keys:
-            if self.kind is operator.itemgetter:
-                results.append(BuiltinVariable(operator.getitem).call_function(tx, [obj, ConstantVariable(key)], {}))
-            else:
-                value = obj
-                for part in key.split("."):
-                    value = value.var_getattr(tx, part)
-                results.append(value)
-        return results[0] if len(results) == 1 else TupleVariable(results)

@@ -302,9 +302,22 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         self.defaults = defaults
         self.kwdefaults = kwdefaults
         self.closure = closure
+        self.wrapped: Optional[VariableTracker] = None  # set by functools.wraps(wrapped)
 
     def describe(self) -> str:
         return f"function {self.code.co_qualname}"
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if self.wrapped is not None and name in ("__module__", "__name__", "__qualname__", "__doc__"):
+            return self.wrapped.var_getattr(tx, name)
+        if self.wrapped is not None and name == "__wrapped__":
+            return self.wrapped
+        own = {"__name__": self.code.co_name, "__qualname__": self.code.co_qualname, "__code__": self.code,
+               "__module__": self.f_globals.get("__name__"),
+               "__doc__": self.code.co_consts[0] if self.code.co_consts and isinstance(self.code.co_consts[0], str) else None}
+        if name in own:
+            return ConstantVariable(own[name])
+        return super().var_getattr(tx, name)
 
     def get_code(self) -> types.CodeType:
         return self.code
@@ -321,7 +334,7 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return bind_arguments(self.code, args, kwargs, defaults, kwdefaults)
 
     def subvalues(self) -> List[VariableTracker]:
-        values = [v for v in (self.defaults, self.kwdefaults) if v is not None]
+        values = [v for v in (self.defaults, self.kwdefaults, self.wrapped) if v is not None]
         cells = self.closure.items if self.closure is not None else []
         return values + [c.contents for c in cells if getattr(c, "contents", None) is not None]
 
@@ -333,7 +346,16 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
 
     def reconstruct(self, codegen) -> None:
         """MAKE_FUNCTION in the generated code; closure cells must be cells of the compiled frame,
-        which first receive their final contents."""
+        which first receive their final contents. A function given names by functools.wraps gets
+        them again from functools.update_wrapper."""
+        if self.wrapped is not None:
+            codegen.load_function(functools.update_wrapper)
+        self._make_function(codegen)
+        if self.wrapped is not None:
+            codegen.reconstruct(self.wrapped)
+            codegen.call(2)
+
+    def _make_function(self, codegen) -> None:
         flags = 0
         if self.defaults is not None:
             codegen.reconstruct(self.defaults)
@@ -381,6 +403,15 @@ class PartialVariable(VariableTracker):
 
     def subvalues(self) -> List[VariableTracker]:
         return [self.func, *self.args, *self.kwargs.values()]
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "func":
+            return self.func
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "keywords":
+            return ConstDictVariable(dict(self.kwargs))
+        return super().var_getattr(tx, name)
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         return self.func.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})

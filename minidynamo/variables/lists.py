@@ -327,9 +327,11 @@ def iterate(tx, obj: VariableTracker) -> ListIteratorVariable:
 def sort_items(tx, items: List[VariableTracker], key: Optional[VariableTracker] = None,
                reverse: Optional[VariableTracker] = None) -> List[VariableTracker]:
     """`sorted()` over trackers whose sort keys are constants (a `key` function is traced per item)."""
-    if key is None or is_none(key):
-        keys = [item.as_python_constant() for item in items]
+    if hasattr(key, "sort_key"):  # functools.cmp_to_key(...): compares pairs of items
+        index_key = key.sort_key(tx, items)
+    elif key is None or is_none(key):
+        index_key = [item.as_python_constant() for item in items].__getitem__
     else:
-        keys = [key.call_function(tx, [item], {}).as_python_constant() for item in items]
-    order = sorted(range(len(items)), key=keys.__getitem__, reverse=bool(reverse and reverse.as_python_constant()))
+        index_key = [key.call_function(tx, [item], {}).as_python_constant() for item in items].__getitem__
+    order = sorted(range(len(items)), key=index_key, reverse=bool(reverse and reverse.as_python_constant()))
     return [items[i] for i in order]

@@ -1,6 +1,6 @@
-"""itertools and functools.reduce over trackers: each itertools iterator is a Python generator over
-trackers, advanced one item at a time as the traced code pulls from it (so `count()` and `cycle()`
-work under `zip` and `islice`)."""
+"""itertools, functools and operator's callable makers over trackers. Each itertools iterator is a
+Python generator over trackers, advanced one item at a time as the traced code pulls from it (so
+`count()` and `cycle()` work under `zip` and `islice`)."""
 from __future__ import annotations
 
 import functools
@@ -11,6 +11,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable, is_none
+from .dicts import ConstDictVariable
+from .functions import NestedUserFunctionVariable
 from .lists import IteratorVariable, ListIteratorVariable, TupleVariable, iterate
 
 # More items than this from one iterator: an unbounded loop (`list(count())`), not traced.
@@ -263,6 +265,98 @@ def _reduce(tx, func: VariableTracker, iterable: VariableTracker, *initial: Vari
     return total
 
 
+class GetterVariable(VariableTracker):
+    """operator.itemgetter(...), attrgetter(...) or methodcaller(...) made while tracing."""
+
+    def __init__(self, kind: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> None:
+        super().__init__()
+        self.kind = kind
+        self.args = args
+        self.kwargs = kwargs
+
+    def describe(self) -> str:
+        return f"operator.{self.kind.__name__} object"
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [*self.args, *self.kwargs.values()]
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(self.kind)
+        for value in self.subvalues():
+            codegen.reconstruct(value)
+        codegen.call(len(self.args) + len(self.kwargs), kw_names=tuple(self.kwargs))
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if len(args) != 1 or kwargs:
+            unimplemented(f"calling {self.describe()} with other than one argument (Python raises)")
+        (obj,) = args
+        if self.kind is operator.methodcaller:
+            name = self.args[0].as_python_constant()
+            return obj.call_method(tx, name, list(self.args[1:]), dict(self.kwargs))
+        results = []
+        for key in self.args:
+            if self.kind is operator.itemgetter:
+                results.append(tx.call_operator(operator.getitem, obj, key))
+                continue
+            value = obj
+            for part in key.as_python_constant().split("."):
+                value = value.var_getattr(tx, part)
+            results.append(value)
+        return results[0] if len(results) == 1 else TupleVariable(results)
+
+
+def _getter(kind: type) -> Callable:
+    def make(tx, *args: VariableTracker, **kwargs: VariableTracker) -> VariableTracker:
+        if not args or (kind is not operator.methodcaller and kwargs):
+            unimplemented(f"operator.{kind.__name__}() with these arguments (Python raises)")
+        return GetterVariable(kind, list(args), kwargs)
+
+    return make
+
+
+class WrapsVariable(VariableTracker):
+    """functools.wraps(wrapped): applied to a function made while tracing, it gives that function
+    the names of `wrapped` (generated code applies functools.update_wrapper when rebuilding it)."""
+
+    def __init__(self, wrapped: VariableTracker) -> None:
+        super().__init__()
+        self.wrapped = wrapped
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.wrapped]
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if len(args) != 1 or kwargs or not isinstance(args[0], NestedUserFunctionVariable):
+            unimplemented("functools.wraps(...) applied to other than a function made in the compiled code")
+        args[0].wrapped = self.wrapped
+        return args[0]
+
+
+def _wraps(tx, wrapped: VariableTracker, **kwargs: VariableTracker) -> VariableTracker:
+    if kwargs:
+        unimplemented("functools.wraps() with assigned= or updated=")
+    return WrapsVariable(wrapped)
+
+
+class CmpToKeyVariable(VariableTracker):
+    """functools.cmp_to_key(compare): sorted() and min()/max() compare items through it."""
+
+    def __init__(self, compare: VariableTracker) -> None:
+        super().__init__()
+        self.compare = compare
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.compare]
+
+    def sort_key(self, tx, items: List[VariableTracker]) -> Callable[[int], Any]:
+        """A key for sorting indices into `items`, each comparison traced."""
+        return functools.cmp_to_key(
+            lambda i, j: self.compare.call_function(tx, [items[i], items[j]], {}).as_python_constant())
+
+
 # function -> handler(tx, *args, **kwargs) returning the result's tracker
 STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
     itertools.chain: _chain,
@@ -286,4 +380,9 @@ STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
     itertools.groupby: _groupby,
     itertools.tee: _tee,
     functools.reduce: _reduce,
+    functools.wraps: _wraps,
+    functools.cmp_to_key: lambda tx, compare: CmpToKeyVariable(compare),
+    operator.itemgetter: _getter(operator.itemgetter),
+    operator.attrgetter: _getter(operator.attrgetter),
+    operator.methodcaller: _getter(operator.methodcaller),
 }
