@@ -1077,3 +1077,328 @@ def op_setitem_tensor(x):
 @pytest.mark.parametrize("name", names("operator"))
 def test_operator(name):
     check("operator", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# methods of int, float, str and bytes constants
+# ---------------------------------------------------------------------------------------------
+@case("const_methods", (rand(4), 37), (rand(4), 8), graphs=2)
+def cm_int_bit_length(x, n):
+    return x * n.bit_length()
+
+
+@case("const_methods", (rand(4), 37))
+def cm_int_bit_count(x, n):
+    return x * n.bit_count()
+
+
+@case("const_methods", (rand(4), 255))
+def cm_int_hex_oct_bin(x, n):
+    return x + len(hex(n)) + len(oct(n)) + len(bin(n)), hex(n), oct(n), bin(n)
+
+
+@case("const_methods", (rand(4), 255), torch_fails="does not trace int.to_bytes")
+def cm_int_to_bytes(x, n):
+    return x * len(n.to_bytes(2, "little")), int.from_bytes(b"\x01\x02", "big")
+
+
+@case("const_methods", (rand(4), -7))
+def cm_int_conjugate_real(x, n):
+    return x * n.conjugate() + n.real + n.imag + n.numerator + n.denominator
+
+
+@case("const_methods", (rand(4), 12))
+def cm_int_as_integer_ratio(x, n):
+    a, b = n.as_integer_ratio()
+    return x * a / b
+
+
+@case("const_methods", (rand(4), 2.5), (rand(4), 3.0), graphs=2)
+def cm_float_is_integer(x, v):
+    return x * 2 if v.is_integer() else x * 3
+
+
+@case("const_methods", (rand(4), 0.75))
+def cm_float_as_integer_ratio(x, v):
+    num, den = v.as_integer_ratio()
+    return x * num + den
+
+
+@case("const_methods", (rand(4), 1.5))
+def cm_float_hex(x, v):
+    return x + len(v.hex()), float.fromhex(v.hex())
+
+
+@case("const_methods", (rand(4), 3.7))
+def cm_float_trunc_floor(x, v):
+    return x * math.trunc(v) + math.floor(v) + math.ceil(v) + int(v) + round(v)
+
+
+@case("const_methods", (rand(4), 1234.5678), torch_fails="wrong answer: format(1234.5678, '.2f') loses the spec")
+def cm_format_spec(x, v):
+    return x + len(format(v, ".2f")), format(v, ".2f"), format(v, "e"), f"{v:10.1f}", f"{int(v):,}"
+
+
+@case("const_methods", (rand(4), 42), torch_fails="wrong answer: format(42, '08b') gives '42'")
+def cm_format_int(x, n):
+    return x * n, format(n, "08b"), f"{n:x}", f"{n:>5}", "{:04d}".format(n)
+
+
+@case("const_methods")
+def cm_str_join(x):
+    return x * len("-".join(["a", "b", "c"])), ", ".join(str(i) for i in range(3))
+
+
+@case("const_methods")
+def cm_str_split(x):
+    parts = "a.b.c".split(".")
+    return x * len(parts), parts, "a b  c".split(), "k=v".split("=", 1), "a,b,c".rsplit(",", 1)
+
+
+@case("const_methods", (rand(4), "layer.0.weight"), (rand(4), "head.bias"), graphs=2)
+def cm_str_startswith(x, name):
+    if name.startswith("layer"):
+        return x * 2
+    if name.endswith(("bias", "scale")):
+        return x - 1
+    return x
+
+
+@case("const_methods", (rand(4), "Hello World"))
+def cm_str_case(x, s):
+    return x * len(s), s.upper(), s.lower(), s.title(), s.swapcase(), s.capitalize(), s.casefold()
+
+
+@case("const_methods", (rand(4), "  pad  "))
+def cm_str_strip(x, s):
+    return x + len(s.strip()), s.strip(), s.lstrip(), s.rstrip(), "xxhixx".strip("x")
+
+
+@case("const_methods", (rand(4), "a_b_c"))
+def cm_str_replace(x, s):
+    return x * s.count("_"), s.replace("_", "."), s.replace("_", "", 1)
+
+
+@case("const_methods", (rand(4), "module.sub.weight"))
+def cm_str_find_index(x, s):
+    return x * s.find("."), s.rfind("."), s.index("sub"), s.find("zz"), s.partition("."), s.rpartition(".")
+
+
+@case("const_methods", (rand(4), "abc123"))
+def cm_str_predicates(x, s):
+    flags = (s.isalnum(), s.isalpha(), s.isdigit(), "123".isdigit(), s.islower(), s.isupper(), " ".isspace(),
+             "Ab".istitle(), "x1".isidentifier(), "12".isnumeric(), "12".isdecimal())
+    return x * sum(flags), flags
+
+
+@case("const_methods", (rand(4), "7"))
+def cm_str_padding(x, s):
+    return x * int(s.zfill(3)), s.zfill(3), s.center(5, "*"), s.ljust(3, "-"), s.rjust(3)
+
+
+@case("const_methods", (rand(4), "prefix_name"))
+def cm_str_removeprefix(x, s):
+    return x * len(s.removeprefix("prefix_")), s.removeprefix("prefix_"), s.removesuffix("_name")
+
+
+@case("const_methods", (rand(4), "{}-{}"))
+def cm_str_format_method(x, template):
+    return x * 2, template.format(1, "a"), "{name}!".format(name="n"), "%d/%s" % (3, "x"), "%.1f" % 2.25
+
+
+@case("const_methods", torch_fails="does not trace bytes.split")
+def cm_str_encode(x):
+    return x * len("héllo".encode()), "abc".encode("ascii"), b"abc".decode(), b"a-b".split(b"-")
+
+
+@case("const_methods", (rand(4), "a\\nb\\nc"))
+def cm_str_splitlines(x, s):
+    lines = s.replace("\\\\n", "\\n").splitlines()
+    return x * len(lines), lines
+
+
+@case("const_methods", torch_fails="does not trace str.maketrans")
+def cm_str_translate(x):
+    table = str.maketrans("ab", "xy")
+    return x * 2, "aabb".translate(table), "abc".expandtabs(), "a\\tb".expandtabs(4)
+
+
+@case("const_methods", (rand(4), "Abc"))
+def cm_str_compare_and_ord(x, s):
+    return x * ord(s[0]) + (s < "b") + (s == "Abc"), chr(ord(s[1]) + 1), s[::-1], s * 2, s + "!"
+
+
+@case("const_methods", (rand(4), "weight"))
+def cm_str_in_and_iter(x, s):
+    return x * ("eig" in s) + len([c for c in s if c in "aeiou"]), sorted(s), list(reversed(s)), max(s), min(s)
+
+
+@case("const_methods")
+def cm_str_unbound_methods(x):
+    return x * len(str.join(",", ["a", "b"])), str.upper("a"), list(map(str.strip, [" a", "b "])), str.lower("Q")
+
+
+@case("const_methods")
+def cm_int_float_from_str(x):
+    return x * int("12") + float("1.5") + int("ff", 16) + int("0b11", 0), float("inf") > 1, int(" 7 ")
+
+
+@case("const_methods", (rand(4), 6), torch_fails="does not trace int.bit_length called on the class")
+def cm_int_methods_unbound(x, n):
+    return x * int.bit_length(n) + int.__add__(n, 1) + float.__mul__(1.5, 2.0)
+
+
+@case("const_methods", (rand(4), 10, 3))
+def cm_divmod_pow_round(x, a, b):
+    q, r = divmod(a, b)
+    return x * q + r + pow(a, b, 7) + round(a / b, 2) + abs(-a), divmod(7.5, 2)
+
+
+@case("const_methods", (rand(4), 1 + 2j))
+def cm_complex_attributes(x, c):
+    return x * c.real + c.imag + abs(c), c.conjugate()
+
+
+@case("const_methods", (rand(4), b"ab"), torch_fails="does not trace bytes.hex")
+def cm_bytes_methods(x, b):
+    return x * len(b) + b[0], b.hex(), b.upper(), b + b"c", bytes.fromhex("0a0b"), b.startswith(b"a")
+
+
+@case("const_methods", (rand(4), "x"))
+def cm_fstring_of_constants(x, s):
+    n, v = 3, 2.5
+    return x * n, f"{s}{n}{v:.2f}{n!r}{s!r:>5}{n:03d}"
+
+
+@pytest.mark.parametrize("name", names("const_methods"))
+def test_const_methods(name):
+    check("const_methods", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# tuple and list arithmetic with constants
+# ---------------------------------------------------------------------------------------------
+@case("sequences", (rand(2, 3),))
+def seq_shape_plus_tuple(x):
+    return x.reshape(x.shape + (1,))
+
+
+@case("sequences", (rand(2, 3),))
+def seq_tuple_plus_shape(x):
+    return x.reshape((1,) + x.shape)
+
+
+@case("sequences", (rand(2, 3),))
+def seq_shape_slice_plus(x):
+    return x.view(x.shape[:-1] + (3, 1))
+
+
+@case("sequences", (rand(2, 3),))
+def seq_tuple_times_int(x):
+    return x.repeat(*((2,) * x.dim()))
+
+
+@case("sequences", (rand(2, 3),))
+def seq_list_times_int(x):
+    return x.permute(*([1, 0] * 1))
+
+
+@case("sequences", (rand(4), rand(4)))
+def seq_list_times_tensors(x, y):
+    return [t + 1 for t in [x, y] * 2]
+
+
+@case("sequences", (rand(4), rand(4)))
+def seq_list_plus_list(x, y):
+    items = [x] + [y, x * 2]
+    return items[2] + items[1]
+
+
+@case("sequences", (rand(4), rand(4)))
+def seq_tuple_plus_tuple_tensors(x, y):
+    t = (x,) + (y,)
+    return t[0] * t[1]
+
+
+@case("sequences", (rand(2, 3),))
+def seq_tuple_compare(x):
+    return x * (x.shape == (2, 3)) + (tuple(x.shape) < (3,)) + ((1, 2) != (1, 2))
+
+
+@case("sequences", (rand(2, 3),))
+def seq_tuple_index_count(x):
+    shape = tuple(x.shape)
+    return x * shape.index(3) + shape.count(2) + (3 in shape)
+
+
+@case("sequences", (rand(2, 3),))
+def seq_list_of_shape_arith(x):
+    dims = list(x.shape)
+    dims[-1] *= 2
+    return x.repeat(1, 2).reshape(dims) + 1
+
+
+@case("sequences", (rand(2, 3, 4),))
+def seq_unpack_star_shape(x):
+    *batch, last = x.shape
+    return x.reshape(-1, last) * len(batch)
+
+
+@case("sequences", (rand(4),))
+def seq_tuple_sum_max(x):
+    t = (3, 1, 2)
+    return x * (sum(t) + max(t) - min(t)), sorted(t), tuple(reversed(t)), t[::-1]
+
+
+@case("sequences", (rand(4),))
+def seq_list_methods(x):
+    items = [3, 1, 2]
+    items.sort()
+    items.reverse()
+    items.insert(0, 7)
+    items.remove(1)
+    popped = items.pop()
+    return x * popped + len(items), items, items.index(7), items.count(3)
+
+
+@case("sequences", (rand(4), rand(4)))
+def seq_list_extend_iadd(x, y):
+    items = [x]
+    items += [y]
+    items.extend((x * 2,))
+    items *= 1
+    return sum(items)
+
+
+@case("sequences", (rand(4),))
+def seq_range_arith(x):
+    r = range(10)[2:8:2]
+    return x * len(r) + r[-1] + r.index(4) + (6 in r), list(r)
+
+
+@case("sequences", (rand(4),))
+def seq_tuple_hash_eq(x):
+    return x * (hash((1, 2)) == hash((1, 2))) + ((1, 2) == (1, 2))
+
+
+@case("sequences", (rand(2, 3),))
+def seq_size_methods(x):
+    return x * x.size().numel() + len(x.size()), x.size()[1:], x.shape.count(3), x.shape.index(3)
+
+
+@case("sequences", (rand(4), rand(4)))
+def seq_zip_star(x, y):
+    pairs = [(x, 1), (y, 2)]
+    tensors, weights = zip(*pairs)
+    return sum(t * w for t, w in zip(tensors, weights))
+
+
+@case("sequences", (rand(4),))
+def seq_slice_objects(x):
+    s = slice(1, None)
+    return x[s] * 2, s.start, s.stop, s.indices(4)
+
+
+@pytest.mark.parametrize("name", names("sequences"))
+def test_sequences(name):
+    check("sequences", name)

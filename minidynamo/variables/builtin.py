@@ -434,6 +434,8 @@ def _binds(handler: Callable, args: List[VariableTracker], kwargs: Dict[str, Var
 
 def _is_pure_method(fn: Any) -> bool:
     """A method of an immutable builtin type (`str.upper`, `int.from_bytes`): folded on constants."""
+    if fn is str.maketrans or fn is bytes.maketrans:
+        return True
     owner = getattr(fn, "__objclass__", None)
     if owner is None and isinstance(fn, types.BuiltinMethodType):
         owner = getattr(fn, "__self__", None)

@@ -45,7 +45,7 @@ class ConstantVariable(VariableTracker):
         return self.value
 
     def has_unpack_var_sequence(self, tx) -> bool:
-        return isinstance(self.value, (tuple, range, str, frozenset, torch.Size))
+        return isinstance(self.value, (tuple, range, str, bytes, frozenset, torch.Size))
 
     def unpack_var_sequence(self, tx) -> List[VariableTracker]:
         if not self.has_unpack_var_sequence(tx):
@@ -58,6 +58,7 @@ class ConstantVariable(VariableTracker):
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        args = [_argument_value(tx, a) for a in args]
         if not isinstance(self.value, PURE_METHOD_TYPES) or not all(
             a.is_python_constant() for a in [*args, *kwargs.values()]
         ):
@@ -65,11 +66,26 @@ class ConstantVariable(VariableTracker):
         method = getattr(self.value, name, None)
         if method is None:
             unimplemented(f"{type(self.value).__name__} has no method {name}")
-        result = method(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+        try:
+            result = method(*[a.as_python_constant() for a in args],
+                            **{k: v.as_python_constant() for k, v in kwargs.items()})
+        except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
+            unimplemented(f"{type(self.value).__name__}.{name}() raises {type(e).__name__} here")
         return tx.wrap_constant(result)
 
     def reconstruct(self, codegen) -> None:
         codegen.load_const(self.value)
+
+
+def _argument_value(tx, arg: VariableTracker) -> VariableTracker:
+    """An iterator of constants passed to a method of a constant (`", ".join(str(i) for i in r)`)
+    becomes the list of its items, as the method would consume it."""
+    if arg.is_python_constant() or not arg.has_unpack_var_sequence(tx):
+        return arg
+    items = arg.unpack_var_sequence(tx)
+    if not all(item.is_python_constant() for item in items):
+        unimplemented("an iterator of non-constant values passed to a method of a constant")
+    return ConstantVariable([item.as_python_constant() for item in items])
 
 
 def is_none(value: VariableTracker) -> bool:
