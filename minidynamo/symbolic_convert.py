@@ -342,10 +342,12 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         self.push(ConstantVariable("".join(p.as_python_constant() for p in self.popn(inst.arg))))
 
     def FORMAT_VALUE(self, inst: Instr) -> None:
-        spec = self.pop().as_python_constant() if inst.arg & 0x04 else ""
-        value = self.pop().as_python_constant()
+        spec = self.pop() if inst.arg & 0x04 else ConstantVariable("")
+        value = self.pop()
         convert = _FORMAT_CONVERSIONS[inst.arg & 0x03]
-        self.push(ConstantVariable(format(convert(value) if convert else value, spec)))
+        if convert is not None:
+            value = self.call_operator(convert, value)
+        self.push(self.call_operator(format, value, spec))
 
     def LIST_APPEND(self, inst: Instr) -> None:
         value = self.pop()

@@ -11,7 +11,7 @@ import itertools
 import math
 import numbers
 import operator
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import pytest
 import torch
@@ -24,20 +24,21 @@ from translator_harness import (  # noqa: F401
     reference_only_skip,
 )
 
-Case = Tuple[Callable, tuple, int]
+Case = Tuple[Callable, tuple, int, bool]
 TABLES: Dict[str, Dict[str, Case]] = {}
 
 
 REFERENCE_SKIPS: Dict[str, str] = {}  # function name -> how torch 2.13 fails it
 
 
-def case(table: str, *input_sets, graphs: int = 1, torch_fails: str = "") -> Callable:
+def case(table: str, *input_sets, graphs: Optional[int] = 1, torch_fails: str = "", breaks: bool = False) -> Callable:
     """Register the decorated function in `table`, run on `input_sets` (default: one 4-vector).
-    `torch_fails`: torch._dynamo itself fails the case (the reference run skips it), and how."""
+    `torch_fails`: torch._dynamo itself fails the case (the reference run skips it), and how.
+    `breaks`: the function has a graph break (where eager's answer depends on tensor data)."""
 
     def register(fn: Callable) -> Callable:
         assert fn.__name__ not in TABLES.setdefault(table, {}), fn.__name__
-        TABLES[table][fn.__name__] = (fn, input_sets or (rand(4),), graphs)
+        TABLES[table][fn.__name__] = (fn, input_sets or (rand(4),), graphs, breaks)
         if torch_fails:
             REFERENCE_SKIPS[fn.__name__] = torch_fails
         return fn
@@ -51,8 +52,8 @@ def names(table: str) -> list:
 
 
 def check(table: str, name: str) -> None:
-    fn, input_sets, graphs = TABLES[table][name]
-    assert_same(fn, *input_sets, graphs=graphs)
+    fn, input_sets, graphs, breaks = TABLES[table][name]
+    assert_same(fn, *input_sets, graphs=graphs, nopython=not breaks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -483,7 +484,7 @@ def grads_setup_context(x):
 
 @pytest.mark.parametrize("name", names("autograd_grads"))
 def test_autograd_grads(name):
-    fn, input_sets, graphs = TABLES["autograd_grads"][name]
+    fn, input_sets, _, _ = TABLES["autograd_grads"][name]
     compiled = compile_fn(fn, nopython=True)
     for inputs in input_sets:
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -1402,3 +1403,195 @@ def seq_slice_objects(x):
 @pytest.mark.parametrize("name", names("sequences"))
 def test_sequences(name):
     check("sequences", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# str(), repr() and f-strings of objects with a plain __repr__ / __str__
+# ---------------------------------------------------------------------------------------------
+class Config:
+    def __init__(self, name, size):
+        self.name = name
+        self.size = size
+
+    def __repr__(self):
+        return f"Config({self.name!r}, {self.size})"
+
+
+class Labelled:
+    def __init__(self, label):
+        self.label = label
+
+    def __str__(self):
+        return "label:" + self.label
+
+
+class Plain:
+    pass
+
+
+CONFIG = Config("base", 4)
+LABELLED = Labelled("a")
+
+
+@case("strings")
+def str_repr_global_object(x):
+    return x * CONFIG.size, repr(CONFIG), str(CONFIG)
+
+
+@case("strings")
+def str_fstring_object(x):
+    return x + 1, f"cfg={CONFIG}", f"{CONFIG!r}"
+
+
+@case("strings")
+def str_dunder_str(x):
+    return x * 2, str(LABELLED), f"{LABELLED}"
+
+
+@case("strings", torch_fails="raises AttributeError: 'Config' object has no attribute 'name'")
+def str_new_object_repr(x):
+    cfg = Config("tmp", 2)
+    return x * cfg.size, repr(cfg), f"<{cfg}>"
+
+
+@case("strings")
+def str_repr_in_key(x):
+    cache = {repr(CONFIG): x}
+    return cache["Config('base', 4)"] * 2
+
+
+@case("strings")
+def str_of_constants(x):
+    return x * 2, str(3), str(2.5), str(None), str(True), repr("a"), str((1, "b")), str([1, 2]), repr({"k": 1})
+
+
+@case("strings")
+def str_of_dtype_device(x):
+    return x + 1, str(x.dtype), repr(x.dtype), str(x.device), f"{x.dtype}", str(x.shape)
+
+
+@case("strings")
+def str_percent_format(x):
+    return x * 2, "%s-%r" % (CONFIG, CONFIG.name), "%5.2f|%-3d|%x" % (1.5, 7, 255)
+
+
+@case("strings")
+def str_format_method_object(x):
+    return x - 1, "{} {!r}".format(CONFIG.name, CONFIG.size), "{0}-{1}".format(*CONFIG.name)
+
+
+@case("strings")
+def str_concat_in_loop(x):
+    name = ""
+    for part in ("a", "b", "c"):
+        name += part + "."
+    return x * len(name), name
+
+
+@case("strings")
+def str_class_name(x):
+    return x * 2, type(CONFIG).__name__, CONFIG.__class__.__qualname__, Config.__name__
+
+
+class Formatted:
+    def __format__(self, spec):
+        return "formatted" + spec
+
+    def __repr__(self):
+        return "Formatted()"
+
+
+FORMATTED = Formatted()
+
+
+@case("strings")
+def str_own_format(x):
+    return x * 2, f"{FORMATTED}", f"{FORMATTED:>3}", f"{FORMATTED!r}"
+
+
+@case("strings")
+def str_plain_object_default_repr_not_folded(x):
+    return x * 2, type(Plain()).__name__
+
+
+@pytest.mark.parametrize("name", names("strings"))
+def test_strings(name):
+    check("strings", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# max / min mixing tensors and numbers
+# ---------------------------------------------------------------------------------------------
+@case("min_max", (rand(4), rand(4)))
+def mm_max_two_tensors(x, y):
+    return max(x, y) if False else torch.max(x, y)
+
+
+# max()/min() of a tensor and a number return one of them, by the tensor's value: a graph break
+# (torch clamps instead, and returns a tensor where eager returns the number)
+@case("min_max", (torch.tensor(2.0), 1.5), (torch.tensor(1.0), 1.5), graphs=None, breaks=True,
+      torch_fails="wrong answer: a tensor where eager returns the number")
+def mm_max_scalar_tensor_number(x, v):
+    return max(x.sin(), v) * 2
+
+
+@case("min_max", (torch.tensor(0.5), 1.5), (torch.tensor(2.5), 1.5), graphs=None, breaks=True,
+      torch_fails="wrong answer: a tensor where eager returns the number")
+def mm_min_scalar_tensor_number(x, v):
+    return min(x.cos(), v) + 1
+
+
+@case("min_max", (rand(2, 3),))
+def mm_max_of_sizes(x):
+    return x * max(x.shape[0], x.shape[1], 2)
+
+
+@case("min_max", (rand(2, 3),))
+def mm_min_of_size_and_int(x):
+    return x[: min(x.shape[1], 2)] * 2
+
+
+@case("min_max", (rand(4),))
+def mm_max_constants_key(x):
+    return x * max([3, -5, 2], key=abs) + min("bca") .__len__()
+
+
+@case("min_max", (rand(4),))
+def mm_max_default(x):
+    return x * max([], default=3) + min((), default=1)
+
+
+@case("min_max", (rand(4), rand(4)), torch_fails="max(tensors, key=...) is an invalid call to its max handler")
+def mm_max_key_over_tensors(x, y):
+    return max([x, y], key=lambda t: t.shape[0]) * 2
+
+
+@case("min_max", (torch.tensor(3.0), torch.tensor(1.0)))
+def mm_max_scalar_tensors(x, y):
+    return max(x, y) + min(x, y)
+
+
+@case("min_max", (rand(4), 0.5))
+def mm_clamp_with_number(x, v):
+    return torch.clamp(x, max=v) + max(v, 0.25)
+
+
+@case("min_max", (rand(4),))
+def mm_max_of_float_and_int(x):
+    return x * max(1, 2.5) + min(3, 2.0)
+
+
+@case("min_max", (rand(4), rand(4)))
+def mm_max_of_norms(x, y):
+    return max(x.norm(), y.norm(), 1.0) if False else torch.stack([x.norm(), y.norm()]).max()
+
+
+@case("min_max", (torch.tensor(2.0), 3), graphs=None, breaks=True,
+      torch_fails="wrong answer: a tensor where eager returns the number")
+def mm_max_number_first(x, v):
+    return max(v, x) * 2
+
+
+@pytest.mark.parametrize("name", names("min_max"))
+def test_min_max(name):
+    check("min_max", name)

@@ -30,7 +30,7 @@ from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 from .torch import read_setting
 from .user_defined import (ConstructedObjectVariable, NewObjectVariable, SuperVariable, UserDefinedClassVariable,
-                           UserDefinedObjectVariable)
+                           UserDefinedObjectVariable, lookup_class_attribute)
 
 # Functions that may be evaluated on constant arguments while tracing.
 _FOLDABLE = {
@@ -409,12 +409,45 @@ class BuiltinVariable(VariableTracker):
     def _call_print(self, tx, *args, **kwargs):
         unimplemented("print() is a side effect outside the graph")
 
+    def _call_str(self, tx, *args: VariableTracker):
+        return _text_of(tx, args[0], "__str__") if len(args) == 1 else None
+
+    def _call_repr(self, tx, obj: VariableTracker):
+        return _text_of(tx, obj, "__repr__")
+
+    def _call_ascii(self, tx, obj: VariableTracker):
+        text = _text_of(tx, obj, "__repr__")
+        return ConstantVariable(ascii(text.as_python_constant())[1:-1]) if text is not None else None
+
+    def _call_format(self, tx, value: VariableTracker, spec: VariableTracker = ConstantVariable("")):
+        if value.is_python_constant() or not spec.is_python_constant():
+            return None
+        if inspect.getattr_static(value.python_type(), "__format__", None) is object.__format__:
+            return _text_of(tx, value, "__str__") if spec.as_python_constant() == "" else None  # what object's does
+        return _text_of(tx, value, "__format__", spec)
+
     def _call_id(self, tx, obj: VariableTracker):
         identity = _identity_of(obj)
         if identity is None:
             unimplemented("id() of a value created while tracing")
         guard_identity(tx, obj)
         return ConstantVariable(id(identity))
+
+
+def _text_of(tx, obj: VariableTracker, name: str, *args: VariableTracker):
+    """str(obj), repr(obj) or format(obj, spec) (`name`) for a user object whose class defines it in
+    Python: the method is traced; None for other values (constants fold, the rest is not traced)."""
+    if obj.is_python_constant() or not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
+        return None
+    cls = obj.python_type()
+    if name == "__str__" and inspect.getattr_static(cls, "__str__") is object.__str__:
+        name = "__repr__"  # object.__str__ calls repr()
+    if not isinstance(inspect.getattr_static(cls, name), types.FunctionType):
+        return None
+    text = lookup_class_attribute(tx, obj, cls, name, None, implicit=True).call_function(tx, list(args), {})
+    if not (text.is_python_constant() and isinstance(text.as_python_constant(), str)):
+        unimplemented(f"{cls.__qualname__}.{name} returning other than a constant string")
+    return text
 
 
 @functools.lru_cache(maxsize=None)
@@ -439,6 +472,8 @@ def _is_pure_method(fn: Any) -> bool:
     owner = getattr(fn, "__objclass__", None)
     if owner is None and isinstance(fn, types.BuiltinMethodType):
         owner = getattr(fn, "__self__", None)
+        if type(owner) in PURE_METHOD_TYPES:  # a method bound to an immutable value: "{}".format
+            return True
     return isinstance(owner, type) and owner in PURE_METHOD_TYPES
 
 

@@ -54,7 +54,8 @@ class ConstantVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if isinstance(self.value, PURE_METHOD_TYPES + _OPAQUE) and not name.startswith("__"):
-            return tx.wrap_constant(getattr(self.value, name))
+            value = getattr(self.value, name)
+            return tx.wrap(value) if isinstance(value, types.BuiltinMethodType) else tx.wrap_constant(value)
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
