@@ -149,7 +149,7 @@ class OutputGraph:
         else:
             fake = fake_mode.from_tensor(value, static_shapes=True)
         self._tensor_homes.append((fake, fake._version, arg_index))
-        variable = TensorVariable(node, fake, source)
+        variable = TensorVariable(node, fake, source, type(value))
         self._inputs_by_source[source.name()] = variable
         self._inputs_by_id[id(value)] = variable
         return variable
@@ -221,7 +221,7 @@ class OutputGraph:
             self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, tensor))
             node = self._add_placeholder(source, tensor, load=direct_source(source, self.source_value))
             self._tensor_homes.append((fake, fake._version, len(self.graphargs) - 1))
-            self._inputs_by_source[source.name()] = variable = TensorVariable(node, fake, source)
+            self._inputs_by_source[source.name()] = variable = TensorVariable(node, fake, source, type(tensor))
         else:
             key = self._module_keys.get(id(module))
             if key is None:
@@ -229,7 +229,7 @@ class OutputGraph:
                 self._module_keys[id(module)] = key
                 self.root.add_module(key, module)
             self._tensor_homes.append((fake, fake._version, tensor))
-            variable = TensorVariable(self.graph.get_attr(f"{key}.{attr}"), fake, None)
+            variable = TensorVariable(self.graph.get_attr(f"{key}.{attr}"), fake, None, type(tensor))
         self._inputs_by_id[id(tensor)] = variable
         return variable
 

@@ -489,6 +489,18 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         if self.generated is None:
             unimplemented("a generator frame")
 
+    def GET_YIELD_FROM_ITER(self, inst: Instr) -> None:
+        self.push(iterate(self, self.pop()))
+
+    def yield_from(self, iterator: VariableTracker) -> VariableTracker:
+        """`yield from iterator` in a generator run to completion: all its items are yielded here;
+        the value of the expression is what a generator it stands for returned."""
+        if self.generated is None:
+            unimplemented("yield from outside an inlined generator")
+        self.generated.extend(iterator.unpack_var_sequence(self))
+        returned = getattr(iterator, "returned", None)
+        return returned if returned is not None else ConstantVariable(None)
+
     def YIELD_VALUE(self, inst: Instr) -> None:
         if self.generated is None:
             unimplemented("yield outside an inlined generator")
@@ -672,7 +684,7 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         if code.co_flags & inspect.CO_GENERATOR:
             tracer.generated = []
             tracer.run()
-            return ListIteratorVariable(tracer.generated)
+            return ListIteratorVariable(tracer.generated, returned=tracer.return_value)
         tracer.run()
         if tracer.return_value is None:
             unimplemented(f"{code.co_name} did not return")

@@ -1595,3 +1595,329 @@ def mm_max_number_first(x, v):
 @pytest.mark.parametrize("name", names("min_max"))
 def test_min_max(name):
     check("min_max", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# == and != on objects and modules
+# ---------------------------------------------------------------------------------------------
+class Point:
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+
+    def __eq__(self, other):
+        return isinstance(other, Point) and self.a == other.a and self.b == other.b
+
+
+class Token:
+    pass
+
+
+LINEAR = torch.nn.Linear(4, 4)
+OTHER_LINEAR = torch.nn.Linear(4, 4)
+TOKEN, OTHER_TOKEN = Token(), Token()
+P12, P12_COPY, P34 = Point(1, 2), Point(1, 2), Point(3, 4)
+
+
+@case("equality")
+def eq_module_same(x):
+    return x * 2 if LINEAR == LINEAR else x
+
+
+@case("equality")
+def eq_module_different(x):
+    return x * 2 if LINEAR == OTHER_LINEAR else x - 1
+
+
+@case("equality")
+def ne_modules(x):
+    return x + (LINEAR != OTHER_LINEAR)
+
+
+@case("equality")
+def eq_plain_objects(x):
+    return x * (TOKEN == TOKEN) + (TOKEN == OTHER_TOKEN) + (TOKEN != OTHER_TOKEN)
+
+
+@case("equality")
+def eq_user_eq(x):
+    return x * (P12 == P12_COPY) + (P12 == P34) * 2
+
+
+@case("equality")
+def ne_user_eq(x):
+    return x * (P12 != P12_COPY) + (P12 != P34)
+
+
+@case("equality")
+def eq_new_objects_user_eq(x):
+    return x * (Point(1, 2) == Point(1, 2)) + (Point(1, 2) == Point(2, 2))
+
+
+@case("equality")
+def eq_object_and_none(x):
+    return x * (TOKEN == None) + (None != TOKEN)  # noqa: E711
+
+
+@case("equality")
+def eq_module_in_list(x):
+    return x * (LINEAR in [OTHER_LINEAR, LINEAR]) + (OTHER_LINEAR in [LINEAR])
+
+
+@case("equality")
+def eq_class_objects(x):
+    return x * (type(LINEAR) == torch.nn.Linear) + (type(TOKEN) != Point)
+
+
+@case("equality")
+def eq_functions(x):
+    return x * (torch.sin == torch.sin) + (scaled_add == scaled_add) + (torch.sin != torch.cos)
+
+
+@case("equality")
+def eq_dtype_device(x):
+    return x * (x.dtype == torch.float32) + (x.device == torch.device("cpu")) + (x.dtype != torch.int64)
+
+
+@case("equality")
+def eq_is_for_modules(x):
+    return x * (LINEAR is LINEAR) + (LINEAR is not OTHER_LINEAR)
+
+
+@case("equality")
+def eq_submodule_of_module(x):
+    seq = SEQUENTIAL
+    return x * (seq[0] == LINEAR) + (seq[1] == LINEAR)
+
+
+SEQUENTIAL = torch.nn.Sequential(LINEAR, torch.nn.ReLU())
+
+
+@pytest.mark.parametrize("name", names("equality"))
+def test_equality(name):
+    check("equality", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# isinstance with tuples of types and abstract base classes
+# ---------------------------------------------------------------------------------------------
+class MyMapping(collections.abc.Mapping):
+    def __init__(self):
+        self.data = {"a": 1}
+
+    def __getitem__(self, key):
+        return self.data[key]
+
+    def __iter__(self):
+        return iter(self.data)
+
+    def __len__(self):
+        return len(self.data)
+
+
+MY_MAPPING = MyMapping()
+
+
+@case("isinstance", (rand(4), 2), (rand(4), 2.5), graphs=2)
+def is_tuple_of_types(x, v):
+    return x * 2 if isinstance(v, (int, float)) else x
+
+
+@case("isinstance", (rand(4), 3), (rand(4), True), graphs=2)
+def is_int_not_bool(x, v):
+    return x + 1 if isinstance(v, int) and not isinstance(v, bool) else x - 1
+
+
+@case("isinstance", (rand(4), 3), (rand(4), 2.5), graphs=2)
+def is_numbers_number(x, v):
+    return x * isinstance(v, numbers.Number) + isinstance(v, numbers.Integral) + isinstance(v, numbers.Real)
+
+
+@case("isinstance")
+def is_tensor_not_number(x):
+    return x * isinstance(x, numbers.Number) + isinstance(x, torch.Tensor)
+
+
+@case("isinstance", (rand(4), rand(4)))
+def is_mapping_abc(x, y):
+    d = {"a": x}
+    return x * isinstance(d, collections.abc.Mapping) + isinstance([y], collections.abc.Mapping)
+
+
+@case("isinstance", (rand(4), rand(4)))
+def is_sequence_abc(x, y):
+    return x * isinstance([x, y], collections.abc.Sequence) + isinstance((x,), collections.abc.Sequence) + \
+        isinstance({"a": 1}, collections.abc.Sequence) + isinstance("s", collections.abc.Sequence)
+
+
+@case("isinstance", (rand(4), rand(4)))
+def is_iterable_abc(x, y):
+    return x * isinstance([x, y], collections.abc.Iterable) + isinstance(x, collections.abc.Iterable) + \
+        isinstance(3, collections.abc.Iterable)
+
+
+@case("isinstance")
+def is_mutable_abcs(x):
+    return x * isinstance({}, collections.abc.MutableMapping) + isinstance([], collections.abc.MutableSequence) + \
+        isinstance((), collections.abc.MutableSequence) + isinstance(set(), collections.abc.Set)
+
+
+@case("isinstance")
+def is_callable_abc(x):
+    return x * isinstance(torch.sin, collections.abc.Callable) + isinstance(3, collections.abc.Callable)
+
+
+@case("isinstance")
+def is_user_mapping_abc(x):
+    return x * isinstance(MY_MAPPING, collections.abc.Mapping) + isinstance(MY_MAPPING, dict)
+
+
+@case("isinstance")
+def is_module_types(x):
+    return x * isinstance(LINEAR, torch.nn.Module) + isinstance(LINEAR, (torch.nn.Conv2d, torch.nn.Linear)) + \
+        isinstance(SEQUENTIAL, torch.nn.Linear)
+
+
+@case("isinstance", torch_fails="raises inside its isinstance handler on a nested tuple of types")
+def is_nested_tuple_of_types(x):
+    return x * isinstance(3, (str, (float, int))) + isinstance("a", ((list,), tuple))
+
+
+@case("isinstance")
+def is_issubclass_abc(x):
+    return x * issubclass(dict, collections.abc.Mapping) + issubclass(list, (dict, tuple)) + \
+        issubclass(bool, int) + issubclass(torch.nn.Linear, torch.nn.Module)
+
+
+@case("isinstance")
+def is_type_objects(x):
+    return x * isinstance(int, type) + isinstance(torch.nn.Linear, type) + isinstance(3, type)
+
+
+@case("isinstance")
+def is_object_and_none(x):
+    return x * isinstance(None, type(None)) + isinstance(x, object) + isinstance(TOKEN, Token)
+
+
+@case("isinstance", (rand(4), rand(4)))
+def is_list_tuple_dict(x, y):
+    items = [x, y]
+    return x * isinstance(items, list) + isinstance(items, tuple) + isinstance({}, dict) + isinstance((1,), tuple)
+
+
+PAIR = collections.namedtuple("PAIR", "a b")
+
+
+@case("isinstance")
+def is_namedtuple_tuple(x):
+    p = PAIR(x, 2)
+    return p.a * isinstance(p, tuple) + p.b
+
+
+@case("isinstance")
+def is_nn_parameter(x):
+    return x * isinstance(LINEAR.weight, torch.nn.Parameter) + isinstance(LINEAR.weight, torch.Tensor)
+
+
+@pytest.mark.parametrize("name", names("isinstance"))
+def test_isinstance(name):
+    check("isinstance", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# generators inlined: yield, yield from
+# ---------------------------------------------------------------------------------------------
+def gen_pairs(x):
+    yield x
+    yield x * 2
+
+
+def gen_delegating(x):
+    yield from gen_pairs(x)
+    yield x * 3
+
+
+def gen_from_list(items):
+    yield from items
+
+
+def gen_nested(x):
+    yield from gen_delegating(x)
+    yield from (x + i for i in range(2))
+
+
+def gen_returning(x):
+    yield x
+    return 5
+
+
+def gen_capturing_return(x):
+    value = yield from gen_returning(x)
+    yield x * value
+
+
+@case("generators")
+def gen_yield_sum(x):
+    return sum(gen_pairs(x))
+
+
+@case("generators")
+def gen_yield_from(x):
+    return list(gen_delegating(x))
+
+
+@case("generators", (rand(4), rand(4)))
+def gen_yield_from_list(x, y):
+    return [t + 1 for t in gen_from_list([x, y])]
+
+
+@case("generators")
+def gen_yield_from_nested(x):
+    return sum(gen_nested(x))
+
+
+@case("generators", torch_fails="the value of 'yield from' is None, not what the generator returned")
+def gen_yield_from_return_value(x):
+    return list(gen_capturing_return(x))
+
+
+@case("generators")
+def gen_next_calls(x):
+    g = gen_delegating(x)
+    return next(g) + next(g)
+
+
+@case("generators")
+def gen_expression(x):
+    return sum(x * i for i in range(3))
+
+
+@case("generators")
+def gen_in_zip(x):
+    return [a * b for a, b in zip(gen_pairs(x), [1, 2])]
+
+
+@case("generators")
+def gen_unpack(x):
+    a, b, c = gen_delegating(x)
+    return a + b + c
+
+
+@case("generators")
+def gen_tuple_of_generator(x):
+    return tuple(gen_pairs(x))[1] + 1
+
+
+@case("generators")
+def gen_in_dict_comprehension(x):
+    return {i: t for i, t in enumerate(gen_delegating(x))}
+
+
+@case("generators")
+def gen_any_all(x):
+    return x * any(v > 2 for v in [1, 3]) + all(v > 0 for v in [1, 2])
+
+
+@pytest.mark.parametrize("name", names("generators"))
+def test_generators(name):
+    check("generators", name)

@@ -178,7 +178,7 @@ class VersionHandlers:
     """The translator's handlers of opcodes whose names or stack layouts are 3.11's (a base class of
     the translator). They only move values on the stack and call the translator's version-neutral
     steps: push_null, is_null, constant, build_tuple, call_operator, call_function, call_unpacked,
-    make_cell, load_global, load_method, enter_context, next_item, start_generator, jump,
+    make_cell, load_global, load_method, enter_context, next_item, start_generator, yield_from, jump,
     pop_jump_if, pop_jump_if_none, jump_if_or_pop."""
 
     stack: List[Any]
@@ -283,6 +283,11 @@ class VersionHandlers:
         exit_fn, entered = self.enter_context(self.pop())
         self.push(exit_fn)
         self.push(entered)
+
+    def SEND(self, inst: Instr) -> None:
+        self.pop()  # the value sent in: None, as a generator runs to completion while traced
+        self.push(self.yield_from(self.pop()))
+        self.jump(inst)
 
     def RETURN_GENERATOR(self, inst: Instr) -> None:
         self.start_generator()

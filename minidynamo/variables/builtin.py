@@ -154,6 +154,9 @@ class BuiltinVariable(VariableTracker):
         if self.fn is operator.contains and len(args) == 2:
             return args[0].call_method(tx, "__contains__", [args[1]], {})
         if self.fn in (operator.eq, operator.ne) and len(args) == 2:
+            result = self._user_equality(tx, *args)
+            if result is not None:
+                return result
             same = self._identity(tx, *args)
             if same is not None and (same.as_python_constant() is (self.fn is operator.eq) or _eq_is_identity(*args)):
                 return same
@@ -228,6 +231,29 @@ class BuiltinVariable(VariableTracker):
             if element.as_python_constant() == item.as_python_constant():
                 return ConstantVariable(True)
         return ConstantVariable(False)
+
+    def _user_equality(self, tx, a: VariableTracker, b: VariableTracker):
+        """`a == b` / `a != b` through the Python __eq__ / __ne__ of a user object's class, the
+        other operand's first when its class is a subclass (Python's order); None when every
+        method answers NotImplemented (identity decides) or none is a Python function."""
+        pairs = [(a, b), (b, a)]
+        if _user_class(b) is not None and _user_class(a) is not None and _user_class(b) is not _user_class(a) \
+                and issubclass(_user_class(b), _user_class(a)):
+            pairs.reverse()
+        for first, second in pairs:
+            cls = _user_class(first)
+            if cls is None:
+                continue
+            name, negate = ("__eq__", False) if self.fn is operator.eq else ("__ne__", False)
+            if name == "__ne__" and inspect.getattr_static(cls, "__ne__") is object.__ne__:
+                name, negate = "__eq__", True  # object.__ne__ inverts __eq__
+            if not isinstance(inspect.getattr_static(cls, name), types.FunctionType):
+                continue
+            result = lookup_class_attribute(tx, first, cls, name, None, implicit=True).call_function(tx, [second], {})
+            if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+                continue
+            return ConstantVariable(not result.truthy(tx)) if negate else result
+        return None
 
     def _identity(self, tx, a: VariableTracker, b: VariableTracker):
         """`a is b` when it can be decided while tracing."""
@@ -520,9 +546,16 @@ def guard_identity(tx, vt: VariableTracker) -> None:
         tx.output.add_guard(Guard(vt.source, GuardKind.ID_MATCH, obj))
 
 
+def _user_class(value: VariableTracker):
+    """The class of a user object tracker (whose special methods are traced), else None."""
+    return value.python_type() if isinstance(value, (UserDefinedObjectVariable, NewObjectVariable)) else None
+
+
 def _eq_is_identity(a: VariableTracker, b: VariableTracker) -> bool:
-    """Whether `a == b` means `a is b`: two existing objects whose types keep object's equality."""
-    return all(v.real_object() is not None and type(v.real_object()).__eq__ is object.__eq__ for v in (a, b))
+    """Whether `a == b` means `a is b`: two existing objects (or one and None) whose types keep
+    object's equality."""
+    return all((v.real_object() is not None and type(v.real_object()).__eq__ is object.__eq__) or is_none(v)
+               for v in (a, b))
 
 
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:

@@ -211,9 +211,11 @@ class ListIteratorVariable(IteratorVariable):
     """An iterator over a known sequence of values, or over a list's live items (`over`)."""
 
     def __init__(self, items: List[VariableTracker], index: int = 0, over: Optional["ListVariable"] = None,
-                 watched: Optional[VariableTracker] = None, iter_type: Optional[type] = None) -> None:
+                 watched: Optional[VariableTracker] = None, iter_type: Optional[type] = None,
+                 returned: Optional[VariableTracker] = None) -> None:
         super().__init__()
         self.items = items
+        self.returned = returned  # what the generator these items came from returned
         self.index = index
         self.over = over  # the list whose live items these are
         # a dict or set being iterated: Python raises if its keys change meanwhile

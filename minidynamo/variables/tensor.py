@@ -42,12 +42,18 @@ METHODS_ELSEWHERE: Dict[str, Callable[..., VariableTracker]] = {}
 
 
 class TensorVariable(VariableTracker):
-    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None) -> None:
+    def __init__(self, node: torch.fx.Node, example: torch.Tensor, source=None,
+                 python_cls: Optional[type] = None) -> None:
         super().__init__(source)
         self.node = node
         self.example = example
+        # the class of the real tensor an input stands for (nn.Parameter, a subclass), which its
+        # tensor guard checks; results of ops are plain tensors
+        self.python_cls = python_cls
 
     def python_type(self) -> type:
+        if self.python_cls is not None:
+            return self.python_cls
         return type(self.example) if not hasattr(self.example, "fake_mode") else torch.Tensor
 
     def describe(self) -> str:
