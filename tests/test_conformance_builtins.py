@@ -748,6 +748,31 @@ def it_product_of_dict_items(x, y):
     return [v * k for (_, v), k in itertools.product(d.items(), [1, 2])]
 
 
+@case("itertools", graphs=None, breaks=True)
+def it_product_loop_with_break(x):
+    out = x
+    for a, b in itertools.product([1, 2], [3, 4]):
+        out = out + a * b
+        print("iteration", a)
+    return out
+
+
+@case("itertools", graphs=None, breaks=True)
+def it_count_across_break(x):
+    counter = itertools.count(3)
+    y = x * next(counter)
+    print("break")
+    return y + next(counter)
+
+
+@case("itertools", graphs=None, breaks=True)
+def it_repeat_across_break(x):
+    repeats = itertools.repeat(2, 3)
+    y = x * next(repeats)
+    print("break")
+    return y + sum(repeats)
+
+
 @pytest.mark.parametrize("name", names("itertools"))
 def test_itertools(name):
     check("itertools", name)
@@ -1921,3 +1946,300 @@ def gen_any_all(x):
 @pytest.mark.parametrize("name", names("generators"))
 def test_generators(name):
     check("generators", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# math functions on constants (and sizes)
+# ---------------------------------------------------------------------------------------------
+@case("math", (rand(4), 16))
+def m_sqrt(x, n):
+    return x * math.sqrt(n)
+
+
+@case("math", (rand(4), 2.0))
+def m_exp_log(x, v):
+    return x * math.exp(v) + math.log(v) + math.log(8, 2) + math.log2(v) + math.log10(100) + math.log1p(v)
+
+
+@case("math", (rand(4), 0.5))
+def m_trig(x, v):
+    return x * math.sin(v) + math.cos(v) + math.tan(v) + math.asin(v) + math.acos(v) + math.atan(v) + math.atan2(v, 2)
+
+
+@case("math", (rand(4), 0.5))
+def m_hyperbolic(x, v):
+    return x * math.sinh(v) + math.cosh(v) + math.tanh(v) + math.asinh(v) + math.atanh(v) + math.acosh(1 + v)
+
+
+@case("math")
+def m_constants(x):
+    return x * math.pi + math.e + math.tau, math.inf > 1, math.isnan(math.nan)
+
+
+@case("math", (rand(4), 2.7))
+def m_rounding(x, v):
+    return x * math.floor(v) + math.ceil(v) + math.trunc(v), math.modf(v), math.fmod(7.5, 2), math.copysign(1, -v)
+
+
+@case("math", (rand(4), 12, 18))
+def m_gcd_lcm(x, a, b):
+    return x * math.gcd(a, b) + math.lcm(a, b) + math.gcd(a, b, 4)
+
+
+@case("math", (rand(4), 5))
+def m_factorial_comb(x, n):
+    return x * math.factorial(n) + math.comb(n, 2) + math.perm(n, 2) + math.isqrt(n * n + 1)
+
+
+@case("math", (rand(4), 3.0))
+def m_pow_hypot(x, v):
+    return x * math.pow(v, 2) + math.hypot(v, 4) + math.dist((0, 0), (v, 4)) + math.fabs(-v)
+
+
+@case("math", (rand(4), 0.3))
+def m_erf_gamma(x, v):
+    return x * math.erf(v) + math.erfc(v) + math.gamma(v + 1) + math.lgamma(v + 1)
+
+
+@case("math")
+def m_prod_fsum(x):
+    return x * math.prod([1, 2, 3]) + math.fsum([0.1] * 10) + math.prod((2.5, 2))
+
+
+@case("math", (rand(4), 1.0))
+def m_predicates(x, v):
+    return x * math.isfinite(v) + math.isinf(v) + math.isclose(v, 1.0) + math.isnan(v)
+
+
+@case("math")
+def m_degrees_radians(x):
+    return x * math.degrees(math.pi) + math.radians(180)
+
+
+@case("math", (rand(4), 1.5))
+def m_frexp_ldexp(x, v):
+    mantissa, exponent = math.frexp(v)
+    return x * mantissa + exponent + math.ldexp(mantissa, exponent) + math.remainder(7, 3)
+
+
+@case("math", (rand(2, 8),))
+def m_sqrt_of_size(x):
+    return x / math.sqrt(x.shape[-1])
+
+
+@case("math", (rand(2, 8),))
+def m_log_of_size(x):
+    return x * math.log(x.shape[1]) + math.ceil(x.shape[1] / 3)
+
+
+@case("math", (rand(2, 8),))
+def m_attention_scale(x):
+    head_dim = x.shape[-1] // 2
+    return x * (1.0 / math.sqrt(head_dim)) + math.pow(head_dim, -0.5)
+
+
+@case("math", (rand(4), 0.1))
+def m_cos_schedule(x, t):
+    return x * 0.5 * (1 + math.cos(math.pi * t))
+
+
+@case("math", (rand(4),))
+def m_in_list_comprehension(x):
+    return [x * math.exp(-i) for i in range(3)]
+
+
+@case("math", (rand(4), 8))
+def m_log2_bits(x, n):
+    return x * int(math.log2(n)) + (n & (n - 1) == 0) + n.bit_length()
+
+
+@case("math", (rand(4), 10))
+def m_nextafter_ulp(x, n):
+    return x + (math.nextafter(1.0, 2.0) > 1.0) + (math.ulp(1.0) > 0) + math.cbrt(n) if hasattr(math, "cbrt") else x
+
+
+@pytest.mark.parametrize("name", names("math"))
+def test_math(name):
+    check("math", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# other builtins over constants, containers and tensors
+# ---------------------------------------------------------------------------------------------
+@case("builtins", (rand(4), rand(4)))
+def bi_sum_tensors_start(x, y):
+    return sum([x, y], torch.zeros(4))
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_sum_generator(x, y):
+    return sum(t * 2 for t in (x, y))
+
+
+@case("builtins")
+def bi_all_any_constants(x):
+    return x * all([1, 2]) + any([0, 0]) + all(()) + any(v > 1 for v in range(3))
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_sorted_key_reverse(x, y):
+    pairs = sorted([("b", y), ("a", x)], key=lambda p: p[0], reverse=True)
+    return pairs[0][1] + 1
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_reversed_list(x, y):
+    return [t * i for i, t in enumerate(reversed([x, y]))]
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_enumerate_start(x, y):
+    return [t * i for i, t in enumerate([x, y], start=2)]
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_zip_three(x, y):
+    return [a * b + c for a, b, c in zip([x, y], [1, 2], (y, x))]
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_map_lambda(x, y):
+    return list(map(lambda t: t * 2, [x, y]))
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_map_two_iterables(x, y):
+    return list(map(torch.add, [x, y], [y, x]))
+
+
+@case("builtins")
+def bi_filter_none(x):
+    return x * sum(filter(None, [0, 3, None, 5]))
+
+
+@case("builtins")
+def bi_filter_function(x):
+    return x * len(list(filter(lambda v: v % 2, range(7))))
+
+
+@case("builtins")
+def bi_divmod_round_abs(x):
+    q, r = divmod(17, 5)
+    return x * q + r + round(3.14159, 2) + abs(-4) + round(-2.5) + round(7, -1)
+
+
+@case("builtins")
+def bi_int_float_bool_conversions(x):
+    return x * int(3.9) + float(2) + bool([]) + int(True) + int("-4") + float(" 1e2 ")
+
+
+@case("builtins")
+def bi_chr_ord(x):
+    return x * ord("a") + len(chr(98)), chr(ord("a") + 2)
+
+
+@case("builtins")
+def bi_len_of_containers(x):
+    return x * (len([1, 2]) + len((1,)) + len({"a": 1}) + len({1, 2, 3}) + len("abc") + len(range(4)))
+
+
+@case("builtins", (rand(3, 2),))
+def bi_len_of_tensor(x):
+    return x * len(x)
+
+
+@case("builtins")
+def bi_dict_constructor(x):
+    d = dict(a=1, b=2)
+    e = dict([("c", 3)], d=4)
+    return x * (d["a"] + e["c"] + len(dict(zip("xy", (1, 2)))))
+
+
+@case("builtins")
+def bi_list_tuple_set_constructors(x):
+    return x * (len(list(range(3))) + len(tuple("ab")) + len(set([1, 1, 2])) + len(frozenset((1,))))
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_getattr_default(x, y):
+    return x * getattr(CONFIG, "size", 0) + getattr(CONFIG, "missing", 2) + getattr(y, "ndim")
+
+
+@case("builtins")
+def bi_hasattr(x):
+    return x * hasattr(CONFIG, "name") + hasattr(CONFIG, "nope") + hasattr(x, "shape")
+
+
+@case("builtins")
+def bi_callable(x):
+    return x * callable(torch.sin) + callable(CONFIG) + callable(Config) + callable(3)
+
+
+@case("builtins")
+def bi_type_checks(x):
+    return x * (type(3) is int) + (type(x) is torch.Tensor) + (type(CONFIG) is Config)
+
+
+@case("builtins")
+def bi_pow_three_args(x):
+    return x * pow(3, 4, 5) + pow(2, -1) + pow(2.0, 3)
+
+
+@case("builtins")
+def bi_min_max_strings(x):
+    return x * len(max("a", "bb", key=len)), min(["b", "a"]), max("abc")
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_iter_next(x, y):
+    it = iter([x, y])
+    first = next(it)
+    second = next(it)
+    return first * second, next(it, None) is None
+
+
+@case("builtins")
+def bi_hash_of_constants(x):
+    return x * (hash(3) == 3) + (hash("a") == hash("a")) + (hash((1, "b")) == hash((1, "b")))
+
+
+@case("builtins")
+def bi_slice_builtin(x):
+    return x[slice(1, 3)] * 2, x[slice(None, None, 2)]
+
+
+@case("builtins")
+def bi_range_reversed(x):
+    return [x * i for i in reversed(range(3))]
+
+
+@case("builtins")
+def bi_bin_oct_hex(x):
+    return x * len(bin(5)), oct(8), hex(255)
+
+
+@case("builtins")
+def bi_sum_of_floats_start(x):
+    return x * sum([0.5, 0.25], 1.0) + sum(range(4))
+
+
+@case("builtins", (rand(4), rand(4)))
+def bi_any_tensor_list_not_empty(x, y):
+    items = [x, y]
+    return (x * 2 if items else y), bool(items)
+
+
+@case("builtins")
+def bi_isinstance_after_conversion(x):
+    n = int(2.5)
+    return x * isinstance(n, int) + isinstance(float(n), float)
+
+
+@case("builtins")
+def bi_vars_style_getattr(x):
+    return x * getattr(math, "pi") + getattr(torch, "float32").is_floating_point
+
+
+@pytest.mark.parametrize("name", names("builtins"))
+def test_builtins(name):
+    check("builtins", name)

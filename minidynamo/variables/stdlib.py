@@ -63,16 +63,14 @@ def _lazy(cls: type, steps: Callable[[LazyIterator], Iterator[VariableTracker]])
     return LazyIterator(cls, steps)
 
 
-def _by_index(tx, cls: type, pools: List[List[VariableTracker]], index_rows: Iterator[tuple],
-              fill: Optional[VariableTracker] = None) -> LazyIterator:
-    """An iterator whose rows are those real itertools makes from index ranges, mapped back to the
-    trackers: row position k picks from pool k (modulo the pool count, for `repeat=`)."""
-
-    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
-        for row in index_rows:
-            yield TupleVariable([fill if i is _FILL else pools[k % len(pools)][i] for k, i in enumerate(row)])
-
-    return _lazy(cls, steps)
+def _by_index(pools: List[List[VariableTracker]], index_rows: Iterator[tuple],
+              fill: Optional[VariableTracker] = None) -> ListIteratorVariable:
+    """The rows real itertools makes from index ranges, mapped back to the trackers: row position k
+    picks from pool k (modulo the pool count, for `repeat=`). Its pools are read when it is made,
+    as Python does, so it is an iterator over known rows (which generated code can rebuild)."""
+    return ListIteratorVariable([
+        TupleVariable([fill if i is _FILL else pools[k % len(pools)][i] for k, i in enumerate(row)])
+        for row in index_rows])
 
 
 def _items(tx, iterable: VariableTracker) -> List[VariableTracker]:
@@ -95,27 +93,25 @@ def _chain_from_iterable(tx, iterables: VariableTracker) -> LazyIterator:
     return _lazy(itertools.chain, steps)
 
 
-def _product(tx, *iterables: VariableTracker, repeat: Optional[VariableTracker] = None) -> LazyIterator:
+def _product(tx, *iterables: VariableTracker, repeat: Optional[VariableTracker] = None) -> ListIteratorVariable:
     pools = [_items(tx, i) for i in iterables]
-    rows = itertools.product(*[range(len(p)) for p in pools], repeat=_const(repeat, 1))
-    return _by_index(tx, itertools.product, pools, rows)
+    return _by_index(pools, itertools.product(*[range(len(p)) for p in pools], repeat=_const(repeat, 1)))
 
 
 def _single_pool(cls: type) -> Callable:
     """combinations, combinations_with_replacement, permutations and pairwise: rows of one pool."""
 
-    def make(tx, iterable: VariableTracker, *r: VariableTracker) -> LazyIterator:
+    def make(tx, iterable: VariableTracker, *r: VariableTracker) -> ListIteratorVariable:
         pool = _items(tx, iterable)
-        rows = cls(range(len(pool)), *[_const(v) for v in r])
-        return _by_index(tx, cls, [pool], rows)
+        return _by_index([pool], cls(range(len(pool)), *[_const(v) for v in r]))
 
     return make
 
 
-def _zip_longest(tx, *iterables: VariableTracker, fillvalue: VariableTracker = ConstantVariable(None)) -> LazyIterator:
+def _zip_longest(tx, *iterables: VariableTracker,
+                 fillvalue: VariableTracker = ConstantVariable(None)) -> ListIteratorVariable:
     pools = [_items(tx, i) for i in iterables]
-    rows = itertools.zip_longest(*[range(len(p)) for p in pools], fillvalue=_FILL)
-    return _by_index(tx, itertools.zip_longest, pools, rows, fillvalue)
+    return _by_index(pools, itertools.zip_longest(*[range(len(p)) for p in pools], fillvalue=_FILL), fillvalue)
 
 
 def _islice(tx, iterable: VariableTracker, *bounds: VariableTracker) -> LazyIterator:
@@ -142,22 +138,81 @@ def _islice(tx, iterable: VariableTracker, *bounds: VariableTracker) -> LazyIter
     return _lazy(itertools.islice, steps)
 
 
+class CountVariable(IteratorVariable):
+    """itertools.count(start, step): rebuilt where it stands by generated code."""
+
+    def __init__(self, value: VariableTracker, step: VariableTracker) -> None:
+        super().__init__()
+        self.value = value
+        self.step = step
+
+    def describe(self) -> str:
+        return "itertools.count iterator"
+
+    def python_type(self) -> type:
+        return itertools.count
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.value, self.step]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        item = self.value
+        self.value = tx.call_operator(operator.add, self.value, self.step)
+        return item
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        unimplemented("unpacking itertools.count(), which never ends")
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(itertools.count)
+        codegen.reconstruct(self.value)
+        codegen.reconstruct(self.step)
+        codegen.call(2)
+
+
+class RepeatVariable(IteratorVariable):
+    """itertools.repeat(item[, times]): rebuilt with the repeats left by generated code."""
+
+    def __init__(self, item: VariableTracker, remaining: Optional[int]) -> None:
+        super().__init__()
+        self.item = item
+        self.remaining = remaining  # None: forever
+
+    def describe(self) -> str:
+        return "itertools.repeat iterator"
+
+    def python_type(self) -> type:
+        return itertools.repeat
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.item]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        if self.remaining is not None:
+            if self.remaining <= 0:
+                return None
+            self.remaining -= 1
+        return self.item
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        if self.remaining is None:
+            unimplemented("unpacking itertools.repeat() with no count, which never ends")
+        return super().unpack_var_sequence(tx)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(itertools.repeat)
+        codegen.reconstruct(self.item)
+        if self.remaining is not None:
+            codegen.load_const(self.remaining)
+        codegen.call(1 if self.remaining is None else 2)
+
+
 def _count(tx, start: VariableTracker = ConstantVariable(0), step: VariableTracker = ConstantVariable(1)):
-    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
-        value = start
-        while True:
-            yield value
-            value = it.tx.call_operator(operator.add, value, step)
-
-    return _lazy(itertools.count, steps)
+    return CountVariable(start, step)
 
 
-def _repeat(tx, item: VariableTracker, times: Optional[VariableTracker] = None) -> LazyIterator:
-    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
-        for _ in itertools.repeat(None, _const(times)) if times is not None else itertools.repeat(None):
-            yield item
-
-    return _lazy(itertools.repeat, steps)
+def _repeat(tx, item: VariableTracker, times: Optional[VariableTracker] = None) -> RepeatVariable:
+    return RepeatVariable(item, None if times is None else max(0, _const(times)))
 
 
 def _cycle(tx, iterable: VariableTracker) -> LazyIterator:
