@@ -2240,6 +2240,19 @@ def bi_vars_style_getattr(x):
     return x * getattr(math, "pi") + getattr(torch, "float32").is_floating_point
 
 
+class KeywordNames:
+    def call(self, tx=0, d=0):
+        return tx * 10 + d
+
+
+KEYWORD_NAMES = KeywordNames()
+
+
+@case("builtins")
+def bi_keywords_named_like_handler_parameters(x):
+    return x * dict(tx=1, d=2)["d"] + operator.methodcaller("call", tx=3, d=1)(KEYWORD_NAMES)
+
+
 @pytest.mark.parametrize("name", names("builtins"))
 def test_builtins(name):
     check("builtins", name)

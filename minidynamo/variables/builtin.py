@@ -340,7 +340,7 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(tuple(args[0].as_python_constant()))
         return TupleVariable(args[0].unpack_var_sequence(tx) if args else [])
 
-    def _call_dict(self, tx, *args: VariableTracker, **kwargs: VariableTracker):
+    def _call_dict(self, tx, /, *args: VariableTracker, **kwargs: VariableTracker):
         return construct_mapping(tx, dict, list(args), kwargs)
 
     def _call_sorted(self, tx, seq: VariableTracker, key: VariableTracker = None, reverse: VariableTracker = None):

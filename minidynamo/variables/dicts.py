@@ -152,7 +152,7 @@ def _setitem(d: ConstDictVariable, tx, key: VariableTracker, value: VariableTrac
     return ConstantVariable(None)
 
 
-def _update(d: ConstDictVariable, tx, *others: VariableTracker, **kwargs: VariableTracker):
+def _update(d: ConstDictVariable, tx, /, *others: VariableTracker, **kwargs: VariableTracker):
     if len(others) > 1:
         unimplemented("dict.update with more than one positional argument (Python raises)")
     for other in others:

@@ -364,7 +364,7 @@ class GetterVariable(VariableTracker):
 
 
 def _getter(kind: type) -> Callable:
-    def make(tx, *args: VariableTracker, **kwargs: VariableTracker) -> VariableTracker:
+    def make(tx, /, *args: VariableTracker, **kwargs: VariableTracker) -> VariableTracker:
         if not args or (kind is not operator.methodcaller and kwargs):
             unimplemented(f"operator.{kind.__name__}() with these arguments (Python raises)")
         return GetterVariable(kind, list(args), kwargs)
@@ -390,7 +390,7 @@ class WrapsVariable(VariableTracker):
         return args[0]
 
 
-def _wraps(tx, wrapped: VariableTracker, **kwargs: VariableTracker) -> VariableTracker:
+def _wraps(tx, wrapped: VariableTracker, /, **kwargs: VariableTracker) -> VariableTracker:
     if kwargs:
         unimplemented("functools.wraps() with assigned= or updated=")
     return WrapsVariable(wrapped)
