@@ -272,8 +272,9 @@ class OutputGraph:
         nodes, effects = set(self.graph.nodes), dict(self.side_effects.effects)
         trace()
         added = [n for n in self.graph.nodes if n not in nodes]
-        if any(n.op not in _CALL_OPS for n in added) or list(self.side_effects.effects.items()) != list(effects.items()):
-            unimplemented("code run inside one graph op reads new tensors or has side effects")
+        if any(n.op not in _CALL_OPS or _may_write_in_place(n) for n in added) or (
+                list(self.side_effects.effects.items()) != list(effects.items())):
+            unimplemented("code run inside one graph op reads new tensors, changes tensors in place or has side effects")
         for node in reversed(added):
             self.graph.erase_node(node)
 
@@ -422,6 +423,14 @@ def _restoring_grad_mode(compiled: Callable) -> Callable:
             raise
 
     return call
+
+
+def _may_write_in_place(node: torch.fx.Node) -> bool:
+    """Whether an op may change a tensor it is given: an in-place method or function (`add_`,
+    `relu_`), an augmented operator, item assignment, or an `out=` argument."""
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return ((name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs
+            or node.target is operator.setitem or (name.startswith("i") and getattr(operator, name, None) is node.target))
 
 
 def _node_name(text: str) -> str:

@@ -2256,3 +2256,46 @@ def bi_keywords_named_like_handler_parameters(x):
 @pytest.mark.parametrize("name", names("builtins"))
 def test_builtins(name):
     check("builtins", name)
+
+
+class InPlaceForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+RECORDED = []
+
+
+class SideEffectForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        RECORDED.append(1)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+@case("autograd_function", graphs=None, breaks=True)
+def autograd_in_place_forward_runs_in_python(x):
+    y = x.clone()
+    return InPlaceForward.apply(y) + 1
+
+
+def test_autograd_forward_with_side_effects_runs_once_per_call():
+    """A forward that appends to a global list is not run while tracing (on fake tensors): the list
+    grows exactly as in eager."""
+    RECORDED.clear()
+    compiled = compile_fn(lambda t: SideEffectForward.apply(t) + 1)
+    x = torch.randn(3)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), x * 2 + 1)
+    assert len(RECORDED) == 3
