@@ -11,6 +11,7 @@ import itertools
 import math
 import numbers
 import operator
+import typing
 from typing import Callable, Dict, Optional, Tuple
 
 import pytest
@@ -2299,3 +2300,30 @@ def test_autograd_forward_with_side_effects_runs_once_per_call():
     for _ in range(3):
         torch.testing.assert_close(compiled(x), x * 2 + 1)
     assert len(RECORDED) == 3
+
+
+class Attributed:
+    pass
+
+
+ATTRIBUTED = Attributed()
+
+
+@typing.runtime_checkable
+class HasScale(typing.Protocol):
+    def scale(self):
+        ...
+
+
+@reference_only_skip("wrong answer: isinstance with a runtime Protocol is folded and never re-checked")
+def test_isinstance_of_runtime_protocol_follows_the_instance():
+    """A runtime-checkable Protocol's isinstance looks at the instance's attributes, which no guard
+    follows: it is not answered while tracing (a method set on the instance later is seen)."""
+    compiled = compile_fn(lambda x: x * isinstance(ATTRIBUTED, HasScale))
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), x * 0)
+    ATTRIBUTED.scale = lambda: 1
+    try:
+        torch.testing.assert_close(compiled(x), x * 1)
+    finally:
+        del ATTRIBUTED.scale

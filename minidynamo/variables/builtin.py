@@ -1,6 +1,7 @@
 """Builtins and `operator` functions: folded on constants, recorded in the graph on tensors."""
 from __future__ import annotations
 
+import abc
 import builtins
 import collections
 import functools
@@ -292,6 +293,8 @@ class BuiltinVariable(VariableTracker):
 
     def _call_isinstance(self, tx, obj: VariableTracker, classes: VariableTracker):
         cls_value = classes.as_python_constant()
+        if any(type(c).__instancecheck__ not in _TYPE_INSTANCECHECKS for c in _flat_classes(cls_value)):
+            unimplemented("isinstance() with a class whose metaclass decides membership by the instance")
         python_type = obj.python_type()
         return ConstantVariable(issubclass(python_type, cls_value))
 
@@ -544,6 +547,17 @@ def guard_identity(tx, vt: VariableTracker) -> None:
     obj = vt.real_object()
     if obj is not None and vt.source is not None and (vt.source.name(), GuardKind.NN_MODULE) not in tx.output.guards:
         tx.output.add_guard(Guard(vt.source, GuardKind.ID_MATCH, obj))
+
+
+# Metaclass instance checks that answer from the instance's type alone (ABCMeta's from its
+# registry and subclass hooks; Parameter's from the type its tensor guard checks).
+_TYPE_INSTANCECHECKS = (type.__instancecheck__, abc.ABCMeta.__instancecheck__,
+                        type(torch.nn.Parameter).__instancecheck__)
+
+
+def _flat_classes(classes: Any) -> List[Any]:
+    """The classes of isinstance's second argument, nested tuples flattened."""
+    return [c for item in classes for c in _flat_classes(item)] if isinstance(classes, tuple) else [classes]
 
 
 def _user_class(value: VariableTracker):
