@@ -165,11 +165,6 @@ def aug_loss_sum(x):
     return loss
 
 
-@pytest.mark.parametrize("name", names("augassign"))
-def test_augassign(name):
-    check("augassign", name)
-
-
 # ---------------------------------------------------------------------------------------------
 # functools.lru_cache / functools.cache-wrapped functions, called through
 # ---------------------------------------------------------------------------------------------
@@ -238,11 +233,6 @@ def lru_wrapped_attribute(x):
 @case("lru_cache")
 def lru_nested_calls(x):
     return x * cached_scale(int(cached_flag()) + 1)
-
-
-@pytest.mark.parametrize("name", names("lru_cache"))
-def test_lru_cache(name):
-    check("lru_cache", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,11 +330,6 @@ def super_class_attribute_in_classmethod(x):
 @case("super")
 def super_classmethod_through_instance_call(x):
     return Leaf().make(x)
-
-
-@pytest.mark.parametrize("name", names("super"))
-def test_super(name):
-    check("super", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,11 +437,6 @@ def autograd_twice(x):
     return StraightThrough.apply(ScaledGrad.apply(x, 2.0))
 
 
-@pytest.mark.parametrize("name", names("autograd_function"))
-def test_autograd_function(name):
-    check("autograd_function", name)
-
-
 # gradients: the compiled function's backward is the user's (StraightThrough's is not forward's derivative)
 @case("autograd_grads")
 def grads_custom_backward(x):
@@ -481,21 +461,6 @@ def grads_needs_input_grad(x, y):
 @case("autograd_grads")
 def grads_setup_context(x):
     return WithSetupContext.apply(x, 0.5)
-
-
-@pytest.mark.parametrize("name", names("autograd_grads"))
-def test_autograd_grads(name):
-    fn, input_sets, _, _ = TABLES["autograd_grads"][name]
-    compiled = compile_fn(fn, nopython=True)
-    for inputs in input_sets:
-        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        grads = []
-        for run in (fn, compiled):
-            leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
-            run(*leaves).sum().backward()
-            grads.append([t.grad for t in leaves])
-        for actual, expected in zip(grads[1], grads[0]):
-            torch.testing.assert_close(actual, expected)
 
 
 def test_straight_through_gradient_is_the_users():
@@ -774,11 +739,6 @@ def it_repeat_across_break(x):
     return y + sum(repeats)
 
 
-@pytest.mark.parametrize("name", names("itertools"))
-def test_itertools(name):
-    check("itertools", name)
-
-
 # ---------------------------------------------------------------------------------------------
 # functools
 # ---------------------------------------------------------------------------------------------
@@ -912,11 +872,6 @@ def ft_wrapped_attribute(x):
 def ft_cmp_to_key(x):
     order = sorted([3, 1, 2], key=functools.cmp_to_key(lambda a, b: b - a))
     return x * order[0]
-
-
-@pytest.mark.parametrize("name", names("functools"))
-def test_functools(name):
-    check("functools", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1099,11 +1054,6 @@ def op_setitem_tensor(x):
     y = x.clone()
     operator.setitem(y, 0, 5.0)
     return y
-
-
-@pytest.mark.parametrize("name", names("operator"))
-def test_operator(name):
-    check("operator", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1297,11 +1247,6 @@ def cm_fstring_of_constants(x, s):
     return x * n, f"{s}{n}{v:.2f}{n!r}{s!r:>5}{n:03d}"
 
 
-@pytest.mark.parametrize("name", names("const_methods"))
-def test_const_methods(name):
-    check("const_methods", name)
-
-
 # ---------------------------------------------------------------------------------------------
 # tuple and list arithmetic with constants
 # ---------------------------------------------------------------------------------------------
@@ -1426,11 +1371,6 @@ def seq_slice_objects(x):
     return x[s] * 2, s.start, s.stop, s.indices(4)
 
 
-@pytest.mark.parametrize("name", names("sequences"))
-def test_sequences(name):
-    check("sequences", name)
-
-
 # ---------------------------------------------------------------------------------------------
 # str(), repr() and f-strings of objects with a plain __repr__ / __str__
 # ---------------------------------------------------------------------------------------------
@@ -1540,11 +1480,6 @@ def str_plain_object_default_repr_not_folded(x):
     return x * 2, type(Plain()).__name__
 
 
-@pytest.mark.parametrize("name", names("strings"))
-def test_strings(name):
-    check("strings", name)
-
-
 # ---------------------------------------------------------------------------------------------
 # max / min mixing tensors and numbers
 # ---------------------------------------------------------------------------------------------
@@ -1616,11 +1551,6 @@ def mm_max_of_norms(x, y):
       torch_fails="wrong answer: a tensor where eager returns the number")
 def mm_max_number_first(x, v):
     return max(v, x) * 2
-
-
-@pytest.mark.parametrize("name", names("min_max"))
-def test_min_max(name):
-    check("min_max", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1717,11 +1647,6 @@ def eq_submodule_of_module(x):
 
 
 SEQUENTIAL = torch.nn.Sequential(LINEAR, torch.nn.ReLU())
-
-
-@pytest.mark.parametrize("name", names("equality"))
-def test_equality(name):
-    check("equality", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1845,11 +1770,6 @@ def is_nn_parameter(x):
     return x * isinstance(LINEAR.weight, torch.nn.Parameter) + isinstance(LINEAR.weight, torch.Tensor)
 
 
-@pytest.mark.parametrize("name", names("isinstance"))
-def test_isinstance(name):
-    check("isinstance", name)
-
-
 # ---------------------------------------------------------------------------------------------
 # generators inlined: yield, yield from
 # ---------------------------------------------------------------------------------------------
@@ -1942,11 +1862,6 @@ def gen_in_dict_comprehension(x):
 @case("generators")
 def gen_any_all(x):
     return x * any(v > 2 for v in [1, 3]) + all(v > 0 for v in [1, 2])
-
-
-@pytest.mark.parametrize("name", names("generators"))
-def test_generators(name):
-    check("generators", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2057,11 +1972,6 @@ def m_log2_bits(x, n):
 @case("math", (rand(4), 10))
 def m_nextafter_ulp(x, n):
     return x + (math.nextafter(1.0, 2.0) > 1.0) + (math.ulp(1.0) > 0) + math.cbrt(n) if hasattr(math, "cbrt") else x
-
-
-@pytest.mark.parametrize("name", names("math"))
-def test_math(name):
-    check("math", name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2254,11 +2164,6 @@ def bi_keywords_named_like_handler_parameters(x):
     return x * dict(tx=1, d=2)["d"] + operator.methodcaller("call", tx=3, d=1)(KEYWORD_NAMES)
 
 
-@pytest.mark.parametrize("name", names("builtins"))
-def test_builtins(name):
-    check("builtins", name)
-
-
 class InPlaceForward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -2327,3 +2232,118 @@ def test_isinstance_of_runtime_protocol_follows_the_instance():
         torch.testing.assert_close(compiled(x), x * 1)
     finally:
         del ATTRIBUTED.scale
+
+
+@case("itertools", (rand(4), rand(4), rand(4), rand(4)))
+def it_zip_longest_same_iterator_twice(a, b, c, d):
+    it = iter([a, b, c])
+    return [x if y is None else x * y for x, y in itertools.zip_longest(it, it)]
+
+
+@case("itertools", (rand(4), rand(4)))
+def it_pairwise_sees_appends(x, y):
+    items = [x, y]
+    out = []
+    for a, b in itertools.pairwise(items):
+        out.append(a - b)
+        if len(items) < 4:
+            items.append(a * 2)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the tables (after every case is registered)
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", names("augassign"))
+def test_augassign(name):
+    check("augassign", name)
+
+
+@pytest.mark.parametrize("name", names("lru_cache"))
+def test_lru_cache(name):
+    check("lru_cache", name)
+
+
+@pytest.mark.parametrize("name", names("super"))
+def test_super(name):
+    check("super", name)
+
+
+@pytest.mark.parametrize("name", names("autograd_function"))
+def test_autograd_function(name):
+    check("autograd_function", name)
+
+
+@pytest.mark.parametrize("name", names("autograd_grads"))
+def test_autograd_grads(name):
+    fn, input_sets, _, _ = TABLES["autograd_grads"][name]
+    compiled = compile_fn(fn, nopython=True)
+    for inputs in input_sets:
+        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        grads = []
+        for run in (fn, compiled):
+            leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+            run(*leaves).sum().backward()
+            grads.append([t.grad for t in leaves])
+        for actual, expected in zip(grads[1], grads[0]):
+            torch.testing.assert_close(actual, expected)
+
+
+@pytest.mark.parametrize("name", names("itertools"))
+def test_itertools(name):
+    check("itertools", name)
+
+
+@pytest.mark.parametrize("name", names("functools"))
+def test_functools(name):
+    check("functools", name)
+
+
+@pytest.mark.parametrize("name", names("operator"))
+def test_operator(name):
+    check("operator", name)
+
+
+@pytest.mark.parametrize("name", names("const_methods"))
+def test_const_methods(name):
+    check("const_methods", name)
+
+
+@pytest.mark.parametrize("name", names("sequences"))
+def test_sequences(name):
+    check("sequences", name)
+
+
+@pytest.mark.parametrize("name", names("strings"))
+def test_strings(name):
+    check("strings", name)
+
+
+@pytest.mark.parametrize("name", names("min_max"))
+def test_min_max(name):
+    check("min_max", name)
+
+
+@pytest.mark.parametrize("name", names("equality"))
+def test_equality(name):
+    check("equality", name)
+
+
+@pytest.mark.parametrize("name", names("isinstance"))
+def test_isinstance(name):
+    check("isinstance", name)
+
+
+@pytest.mark.parametrize("name", names("generators"))
+def test_generators(name):
+    check("generators", name)
+
+
+@pytest.mark.parametrize("name", names("math"))
+def test_math(name):
+    check("math", name)
+
+
+@pytest.mark.parametrize("name", names("builtins"))
+def test_builtins(name):
+    check("builtins", name)

@@ -17,7 +17,6 @@ from .lists import IteratorVariable, ListIteratorVariable, TupleVariable, iterat
 
 # More items than this from one iterator: an unbounded loop (`list(count())`), not traced.
 MAX_ITEMS = 100_000
-_FILL = object()  # the index zip_longest fills in, standing for its fillvalue
 
 
 class LazyIterator(IteratorVariable):
@@ -63,14 +62,12 @@ def _lazy(cls: type, steps: Callable[[LazyIterator], Iterator[VariableTracker]])
     return LazyIterator(cls, steps)
 
 
-def _by_index(pools: List[List[VariableTracker]], index_rows: Iterator[tuple],
-              fill: Optional[VariableTracker] = None) -> ListIteratorVariable:
+def _by_index(pools: List[List[VariableTracker]], index_rows: Iterator[tuple]) -> ListIteratorVariable:
     """The rows real itertools makes from index ranges, mapped back to the trackers: row position k
     picks from pool k (modulo the pool count, for `repeat=`). Its pools are read when it is made,
     as Python does, so it is an iterator over known rows (which generated code can rebuild)."""
-    return ListIteratorVariable([
-        TupleVariable([fill if i is _FILL else pools[k % len(pools)][i] for k, i in enumerate(row)])
-        for row in index_rows])
+    return ListIteratorVariable([TupleVariable([pools[k % len(pools)][i] for k, i in enumerate(row)])
+                                 for row in index_rows])
 
 
 def _items(tx, iterable: VariableTracker) -> List[VariableTracker]:
@@ -99,7 +96,7 @@ def _product(tx, *iterables: VariableTracker, repeat: Optional[VariableTracker] 
 
 
 def _single_pool(cls: type) -> Callable:
-    """combinations, combinations_with_replacement, permutations and pairwise: rows of one pool."""
+    """combinations, combinations_with_replacement and permutations: rows of one pool."""
 
     def make(tx, iterable: VariableTracker, *r: VariableTracker) -> ListIteratorVariable:
         pool = _items(tx, iterable)
@@ -108,10 +105,39 @@ def _single_pool(cls: type) -> Callable:
     return make
 
 
-def _zip_longest(tx, *iterables: VariableTracker,
-                 fillvalue: VariableTracker = ConstantVariable(None)) -> ListIteratorVariable:
-    pools = [_items(tx, i) for i in iterables]
-    return _by_index(pools, itertools.zip_longest(*[range(len(p)) for p in pools], fillvalue=_FILL), fillvalue)
+def _zip_longest(tx, *iterables: VariableTracker, fillvalue: VariableTracker = ConstantVariable(None)) -> LazyIterator:
+    inners = [iterate(tx, i) for i in iterables]
+
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:  # CPython's zip_longest_next
+        done = [False] * len(inners)
+        while True:
+            row = []
+            for k, inner in enumerate(inners):
+                item = None if done[k] else inner.next_item(it.tx)
+                if item is None:
+                    done[k] = True
+                    if all(done):
+                        return
+                    item = fillvalue
+                row.append(item)
+            yield TupleVariable(row)
+
+    return _lazy(itertools.zip_longest, steps)
+
+
+def _pairwise(tx, iterable: VariableTracker) -> LazyIterator:
+    inner = iterate(tx, iterable)
+
+    def steps(it: LazyIterator) -> Iterator[VariableTracker]:
+        previous = inner.next_item(it.tx)
+        while previous is not None:
+            item = inner.next_item(it.tx)
+            if item is None:
+                return
+            yield TupleVariable([previous, item])
+            previous = item
+
+    return _lazy(itertools.pairwise, steps)
 
 
 def _islice(tx, iterable: VariableTracker, *bounds: VariableTracker) -> LazyIterator:
@@ -420,7 +446,7 @@ STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
     itertools.combinations: _single_pool(itertools.combinations),
     itertools.combinations_with_replacement: _single_pool(itertools.combinations_with_replacement),
     itertools.permutations: _single_pool(itertools.permutations),
-    itertools.pairwise: _single_pool(itertools.pairwise),
+    itertools.pairwise: _pairwise,
     itertools.zip_longest: _zip_longest,
     itertools.islice: _islice,
     itertools.count: _count,
