@@ -2252,6 +2252,158 @@ def it_pairwise_sees_appends(x, y):
 
 
 # ---------------------------------------------------------------------------------------------
+# patterns from model and library code
+# ---------------------------------------------------------------------------------------------
+class NumberedLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        for i in range(2):
+            setattr(self, f"layer_{i}", torch.nn.Linear(4, 4))
+
+
+NUMBERED = NumberedLayers()
+
+
+@case("patterns")
+def pat_prod_of_shape(x):
+    return x * math.prod(x.shape)
+
+
+@case("patterns")
+def pat_reduce_mul_shape(x):
+    return x * functools.reduce(operator.mul, x.shape, 1)
+
+
+@case("patterns", (rand(2, 8),))
+def pat_head_dim_scale(x):
+    return x * x.shape[-1] ** -0.5
+
+
+@case("patterns", (rand(6),))
+def pat_int_of_sqrt_of_size(x):
+    return x * int(math.sqrt(x.shape[0] * 6))
+
+
+@case("patterns", (rand(6),))
+def pat_round_and_divmod_of_size(x):
+    return x * round(x.shape[0] * 0.5) + sum(divmod(x.shape[0], 4))
+
+
+@case("patterns")
+def pat_map_int_over_split(x):
+    return x * sum(map(int, "1,2,3".split(",")))
+
+
+@case("patterns")
+def pat_getattr_numbered_layers(x):
+    return sum(getattr(NUMBERED, f"layer_{i}")(x) for i in range(2))
+
+
+@case("patterns")
+def pat_all_isinstance_tensor(x):
+    return x * all(isinstance(t, torch.Tensor) for t in (x, x * 2))
+
+
+@case("patterns")
+def pat_any_requires_grad(x):
+    return x * any(p.requires_grad for p in LINEAR.parameters())
+
+
+@case("patterns")
+def pat_zip_same_iterator_pairs(x):
+    return [a * b for a, b in zip(*[iter([x, x + 1, x + 2, x + 3])] * 2)]
+
+
+@case("patterns")
+def pat_mean_of_list(x):
+    parts = [x, x * 2, x * 3]
+    return sum(parts) / len(parts)
+
+
+@case("patterns", torch_fails="sort with non-constant keys (tuples holding tensors)")
+def pat_sorted_dict_items_with_tensors(x):
+    return {k: v * 2 for k, v in sorted({"b": x, "a": x + 1}.items())}
+
+
+@case("patterns", (rand(4), rand(4)), torch_fails="sort with non-constant keys (tuples holding tensors)")
+def pat_sorted_tuples_with_tensors(x, y):
+    return [t * i for i, t in sorted([(2, x), (1, y)])]
+
+
+@case("patterns")
+def pat_join_shape(x):
+    return x * 2, "x".join(map(str, x.shape)), "-".join(str(d) for d in x.shape)
+
+
+@case("patterns")
+def pat_parameter_count(x):
+    return x * sum(p.numel() for p in itertools.chain(LINEAR.parameters(), NUMBERED.parameters()))
+
+
+@case("patterns")
+def pat_dtype_name_check(x):
+    return x * ("float" in str(x.dtype)) + x.dtype.is_floating_point
+
+
+@case("patterns")
+def pat_getattr_of_torch(x):
+    return getattr(torch, "relu")(x) + getattr(torch.nn.functional, "gelu")(x)
+
+
+@case("patterns")
+def pat_attrgetter_weight(x):
+    return operator.attrgetter("weight")(LINEAR) @ x
+
+
+@case("patterns")
+def pat_conditional_chain_on_size(x):
+    return x * (1 if x.shape[0] > 3 else 2 if x.shape[0] > 1 else 3)
+
+
+@case("patterns")
+def pat_accumulate_offsets(x):
+    offsets = [0, *itertools.accumulate([1, 2, 1])]
+    return [x[a:b] * 2 for a, b in itertools.pairwise(offsets)]
+
+
+@case("patterns")
+def pat_split_sizes_with_divmod(x):
+    q, r = divmod(x.shape[0], 3)
+    sizes = [q + (1 if i < r else 0) for i in range(3)]
+    return [part + 1 for part in torch.split(x, sizes)]
+
+
+@case("patterns")
+def pat_chunks_with_islice(x):
+    it = iter(range(x.shape[0]))
+    chunks = [list(itertools.islice(it, 2)) for _ in range(2)]
+    return [x[c[0]: c[-1] + 1] * 2 for c in chunks]
+
+
+@case("patterns")
+def pat_str_format_of_name(x):
+    names = [f"{prefix}.{i}" for prefix, i in itertools.product(("enc", "dec"), range(2))]
+    return x * len(names), names
+
+
+@case("patterns")
+def pat_enum_like_constants(x):
+    modes = {"sum": torch.sum, "mean": torch.mean}
+    return modes["mean".lower()](x) + modes["SUM".casefold()](x)
+
+
+@case("patterns")
+def pat_functools_partial_activation(x):
+    act = functools.partial(torch.nn.functional.leaky_relu, negative_slope=0.2)
+    return act(x) + act.keywords["negative_slope"]
+
+
+@case("patterns")
+def pat_lru_cached_config(x):
+    return x * cached_scale(2) + cached_flag()
+
+
+# ---------------------------------------------------------------------------------------------
 # the tables (after every case is registered)
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", names("augassign"))
@@ -2347,3 +2499,8 @@ def test_math(name):
 @pytest.mark.parametrize("name", names("builtins"))
 def test_builtins(name):
     check("builtins", name)
+
+
+@pytest.mark.parametrize("name", names("patterns"))
+def test_patterns(name):
+    check("patterns", name)

@@ -331,9 +331,27 @@ def sort_items(tx, items: List[VariableTracker], key: Optional[VariableTracker] 
     """`sorted()` over trackers whose sort keys are constants (a `key` function is traced per item)."""
     if hasattr(key, "sort_key"):  # functools.cmp_to_key(...): compares pairs of items
         index_key = key.sort_key(tx, items)
+    elif (key is None or is_none(key)) and not all(item.is_python_constant() for item in items):
+        index_key = functools.cmp_to_key(lambda i, j: -1 if _less(tx, items[i], items[j]) else int(
+            _less(tx, items[j], items[i])))
     elif key is None or is_none(key):
         index_key = [item.as_python_constant() for item in items].__getitem__
     else:
         index_key = [key.call_function(tx, [item], {}).as_python_constant() for item in items].__getitem__
     order = sorted(range(len(items)), key=index_key, reverse=bool(reverse and reverse.as_python_constant()))
     return [items[i] for i in order]
+
+
+def _less(tx, a: VariableTracker, b: VariableTracker) -> bool:
+    """`a < b` as sorted() asks it of items that are not all constants: tuples compare item by item
+    (equal when identical, as CPython's tuple comparison finds first), anything else through `<`."""
+    if a.is_python_constant() and b.is_python_constant():
+        return a.as_python_constant() < b.as_python_constant()
+    if isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
+        for x, y in zip(a.items, b.items):
+            same = x is y or (x.is_python_constant() and y.is_python_constant()
+                              and x.as_python_constant() == y.as_python_constant())
+            if not same:
+                return _less(tx, x, y)
+        return len(a.items) < len(b.items)
+    return tx.call_operator(operator.lt, a, b).truthy(tx)
