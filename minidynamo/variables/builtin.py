@@ -139,14 +139,23 @@ class BuiltinVariable(VariableTracker):
             return same
         if self.fn is sys.getrecursionlimit and not args and not kwargs:
             return read_setting(tx, self.fn)
-        if (self.fn in _FOLDABLE or self.fn is sys.getdefaultencoding or _is_pure_method(self.fn)) and all(
-            a.is_python_constant() for a in [*args, *kwargs.values()]
-        ) and not (self.fn in _MUTATING and any(a.has_identity for a in args)):
+        if self._foldable(args, kwargs):
             try:
                 value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
             except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
                 unimplemented(f"{self.describe()} raises {type(e).__name__} here")
             return tx.wrap_constant(value)
+        return self._call_on_values(tx, args)
+
+    def _foldable(self, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:
+        """Whether the call is evaluated now: a pure function of constants (never a mutating operator
+        on a copy of a container)."""
+        return ((self.fn in _FOLDABLE or self.fn is sys.getdefaultencoding or _is_pure_method(self.fn))
+                and all(a.is_python_constant() for a in [*args, *kwargs.values()])
+                and not (self.fn in _MUTATING and any(a.has_identity for a in args)))
+
+    def _call_on_values(self, tx, args: List[VariableTracker]) -> VariableTracker:
+        """operator functions on values that are not constants: through the values' own methods."""
         if self.fn is operator.getitem and len(args) == 2:
             return args[0].call_method(tx, "__getitem__", [args[1]], {})
         if self.fn in (operator.setitem, operator.delitem):
