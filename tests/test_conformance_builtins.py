@@ -2504,3 +2504,26 @@ def test_builtins(name):
 @pytest.mark.parametrize("name", names("patterns"))
 def test_patterns(name):
     check("patterns", name)
+
+
+class Doubling(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+@reference_only_skip("wrong answer: the traced Function.apply keeps running after the class's apply is replaced")
+def test_autograd_function_apply_replaced_is_seen():
+    """`Fn.apply` resolving to torch's Function.apply is guarded: an apply patched on the class later runs."""
+    compiled = compile_fn(lambda t: Doubling.apply(t) + 1)
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), x * 3)
+    Doubling.apply = classmethod(lambda cls, t: t * 10)
+    try:
+        torch.testing.assert_close(compiled(x), x * 11)
+    finally:
+        del Doubling.apply
