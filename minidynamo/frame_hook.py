@@ -7,6 +7,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+import torch._compile
+
 from . import _C
 
 
@@ -32,9 +34,18 @@ def disabled(fn: Callable) -> Callable:
     return with_callback(fn, None)
 
 
+# torch's own functions decorated `torch._disable_dynamo` (Optimizer.zero_grad, ...) are this wrapper.
+_TORCH_INTERNAL_DISABLE = next(c for c in torch._compile._disable_dynamo.__code__.co_consts
+                               if isinstance(c, types.CodeType) and c.co_name == "inner")
+
+
 def is_disabled(fn: Any) -> bool:
-    """Wrapped by `minidynamo.disable` or by `torch.compiler.disable` (`torch._dynamo.disable`)."""
+    """Wrapped by `minidynamo.disable`, by `torch.compiler.disable` (`torch._dynamo.disable`), or one of
+    torch's functions it keeps out of compilation (`torch._disable_dynamo`)."""
     if isinstance(fn, _C.CallbackWrapper):
         return fn.callback is None
-    return (isinstance(fn, types.FunctionType) and getattr(fn, "_torchdynamo_disable", False) is True
-            and hasattr(fn, "_torchdynamo_orig_callable"))
+    if not isinstance(fn, types.FunctionType):
+        return False
+    if fn.__code__ is _TORCH_INTERNAL_DISABLE:
+        return True
+    return getattr(fn, "_torchdynamo_disable", False) is True and hasattr(fn, "_torchdynamo_orig_callable")

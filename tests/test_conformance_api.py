@@ -659,7 +659,26 @@ def dis_local_decorated(x):
     return inner(x * 2) + 1
 
 
-DISABLED = {dis_call: 2, dis_alias: 2, dis_recursive: 2, dis_not_recursive: 2, dis_python_result: 1,
+@torch._disable_dynamo
+def _torch_internal_disabled(x):
+    return x + _compiling_flag()
+
+
+_zero_grad_model = torch.nn.Linear(4, 2)
+_zero_grad_optimizer = torch.optim.SGD(_zero_grad_model.parameters(), lr=0.1)
+
+
+def dis_torch_internal_decorator(x):
+    return _torch_internal_disabled(x.sin()) * 2
+
+
+def dis_optimizer_zero_grad(x):
+    y = x * 2
+    _zero_grad_optimizer.zero_grad()  # torch keeps it out of compilation (torch._disable_dynamo)
+    return y + _zero_grad_model.weight.sum()
+
+
+DISABLED = {dis_torch_internal_decorator: 2, dis_optimizer_zero_grad: 2, dis_call: 2, dis_alias: 2, dis_recursive: 2, dis_not_recursive: 2, dis_python_result: 1,
             dis_method: 2, dis_module_method: 2, dis_lambda: 2, dis_only_call: 0, dis_in_loop: 0,
             dis_local_decorated: 2}
 # torch 2.13 compiles a resume function again on each identical call after a non-recursive disable

@@ -120,7 +120,7 @@ class VariableBuilder:
             self.guard(GuardKind.ID_MATCH, value)
             return DisabledFunctionVariable(unconverted_wrapper(value))  # no source: the wrapper is rebuilt
         if is_disabled(value):
-            if isinstance(value, types.FunctionType) and source is not None:
+            if hasattr(value, "_torchdynamo_orig_callable") and source is not None:
                 # torch.compiler.disable(f) made in the frame is a new wrapper on each call: what it runs is the guard
                 for attr in ("__code__", "_torchdynamo_orig_callable"):
                     VariableBuilder(tx, AttrSource(source, attr)).guard(GuardKind.ID_MATCH, getattr(value, attr))
