@@ -434,11 +434,16 @@ def int_to_float(a):
     return a.astype(np.float32) * 0.5, a.astype(np.float64) / 4
 
 
+def int_true_divide(a):
+    return a / 2, np.true_divide(a, 4), a / a.max()
+
+
 def int_bincount_free_ops(a):
     return np.maximum(a, 0) * 2 - 1
 
 
 @pytest.mark.parametrize("fn", [int_bitwise, int_shifts, int_floor_divide, int_sum_dtype, int_to_float,
+                                pytest.param(int_true_divide, marks=reference_only_skip("int / int gives float32")),
                                 int_bincount_free_ops], ids=lambda f: f.__name__)
 def test_numpy_on_an_integer_array(fn):
     assert_same(fn, arr(3, 4, dtype=np.int64))

@@ -47,7 +47,12 @@ def on_tensors(fn: Callable) -> Callable:
 
     def numpy_op(*args: Any, **kwargs: Any) -> Any:
         args, kwargs = tree_map(_to_torch_numpy, (args, kwargs))
-        return tree_map(_to_tensor, fn(*args, **kwargs))
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)  # NumPy's: integer arrays divide to float64, as in eager
+        try:
+            return tree_map(_to_tensor, fn(*args, **kwargs))
+        finally:
+            torch.set_default_dtype(previous)
 
     numpy_op.__name__ = numpy_op.__qualname__ = f"numpy_{getattr(fn, '__name__', 'op')}"
     return numpy_op
