@@ -18,11 +18,11 @@ from .counters import counters
 from .exc import BackendCompilerFailed, Unsupported
 from .frame_hook import GuardedCode
 from .global_state import GlobalState, resume_saved_tensors_hooks, suspend_saved_tensors_hooks
-from .guard_set import build_check_function
+from .guard_set import build_check_function, dropped_entries
 from .guards import CheckFunction
 from .frame_codegen import transformed_code
 from .output_graph import OutputGraph
-from .resume_execution import frame_name
+from .resume_execution import frame_name, is_resume_function
 from .skip_policy import frame_skip_reason
 from .symbolic_convert import InstructionTranslator
 
@@ -59,9 +59,25 @@ def recompile_reason(frame: Any, owner: Any = None) -> Optional[str]:
     return None
 
 
+def dropped_entry_reason(code: types.CodeType) -> Optional[str]:
+    """Why this code has no entry left although it compiled before: the latest dropped entry's."""
+    if code not in dropped_entries:
+        return None
+    return f"an earlier entry was dropped: the object its guard on {dropped_entries[code][1]} named was freed"
+
+
+def reached_limit_by_dropping(code: types.CodeType) -> bool:
+    """Whether a resume function's live and dropped entries reach the cache size limit: its arguments
+    come from the frame before it, and an object new on each call that one of them still identifies
+    would otherwise compile it again on every call, forever."""
+    if not is_resume_function(code) or code not in dropped_entries:
+        return False
+    return len(_C.get_cache_entries(code)) + dropped_entries[code][0] >= _C.get_cache_size_limit()
+
+
 def _on_cache_limit(frame: Any) -> None:
     code = frame.f_code
-    reason = recompile_reason(frame)
+    reason = recompile_reason(frame) or dropped_entry_reason(code)
     warnings.warn(
         f"minidynamo: function '{code.co_qualname}' ({code.co_filename}:{code.co_firstlineno}) reached the cache "
         f"size limit ({_C.get_cache_size_limit()} entries); it now runs without compiling. "
@@ -104,8 +120,11 @@ class ConvertFrame:
     def __call__(self, frame: Any) -> Optional[GuardedCode]:
         if frame_skip_reason(frame, sys._getframe(1)) is not None:
             return None
+        if reached_limit_by_dropping(frame.f_code):
+            _on_cache_limit(frame)
+            return None
         record = FrameRecord(frame.f_code)
-        record.recompile_reason = recompile_reason(frame, owner=self)
+        record.recompile_reason = recompile_reason(frame, owner=self) or dropped_entry_reason(frame.f_code)
         if record.recompile_reason is not None:
             counters["recompiles"] += 1
             recompiles_log.info("recompiling %s (%s:%d): %s", frame.f_code.co_qualname, frame.f_code.co_filename,

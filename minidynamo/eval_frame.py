@@ -14,6 +14,7 @@ import torch
 from . import _C, config
 from .counters import reset_counters
 from .frame_hook import GuardedCode, is_disabled, with_callback  # noqa: F401 - is_disabled beside disable
+from .guard_set import dropped_entries
 from .skip_policy import never_convert_module
 
 FrameCallback = Union[None, bool, Callable[[Any], Optional[GuardedCode]]]
@@ -70,6 +71,7 @@ def disable(fn: Optional[Callable] = None) -> Union[_CallbackContext, Callable]:
 def reset() -> None:
     """Drop every compiled entry, so that every function compiles afresh on its next call."""
     _C.reset()
+    dropped_entries.clear()
     reset_counters()
 
 

@@ -2,9 +2,10 @@
 effects, then the return value, or at a graph break the unsupported instruction and the resume calls."""
 from __future__ import annotations
 
+import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -12,9 +13,9 @@ from . import pyversion
 from .bytecode_transformation import Instr, Instructions, Label, TryBegin, TryEnd, assemble
 from .output_graph import OutputGraph
 from .pycodegen import PyCodegen
-from .resume_execution import ResumeSpec, resume_code, stack_prefix
+from .resume_execution import ResumeSpec, fresh_arguments, resume_code, stack_prefix
 from .skip_policy import never_convert
-from .variables import ConstantVariable, NullVariable, VariableTracker
+from .variables import ConstantVariable, NullVariable, VariableTracker, is_new_each_call
 
 PassedLocals = List[Tuple[str, Optional[VariableTracker]]]  # (name, tracker), or None: from its slot
 
@@ -132,15 +133,33 @@ def _break(codegen: PyCodegen, output: OutputGraph, ending: BreakEnding) -> None
         codegen.instructions.append(TryEnd(try_begin))
     for r in reversed(range(n_results)):
         codegen.append("STORE_FAST", f"{prefix}{len(ending.kept) + r}")
+    fresh, made = _fresh_values(output, ending, prefix, n_results)
     for k, (target, eager) in enumerate(ending.targets):
         if k == 1:
             codegen.instructions.append(branch_label)
-        spec = ResumeSpec(target, tuple(nulls + [False] * n_results), tuple(n for n, _ in passed[target]), prefix)
+        names = tuple(n for n, _ in passed[target])
+        spec = ResumeSpec(target, tuple(nulls + [False] * n_results), names, prefix)
+        arguments = {*names, *spec.stack_argnames()}
+        spec = dataclasses.replace(spec, fresh=fresh & arguments, made=made & arguments)
         _call_resume(codegen, ending, spec, passed[target], eager)
     if ending.restore is not None:
         codegen.instructions.append(try_begin.target)
         _set_grad_mode(codegen, ending.restore)
         codegen.append("RERAISE", 0)
+
+
+def _fresh_values(output: OutputGraph, ending: BreakEnding, prefix: str,
+                  n_results: int) -> Tuple[FrozenSet[str], FrozenSet[str]]:
+    """The locals and stack slots handed on that hold an object new on each call (see ResumeSpec):
+    made by the frame's code, returned by the instruction run at the break, or already so here."""
+    inherited, inherited_made = fresh_arguments(output.code)
+    values = [(name, value) for names in ending.passed.values() for name, value in names]
+    values += [(f"{prefix}{i}", value) for i, value in enumerate(ending.kept)]
+    made = {name for name, value in values
+            if (value is None and name in inherited_made) or (value is not None and is_new_each_call(value))}
+    fresh = made | {name for name, value in values if value is None and name in inherited}
+    fresh.update(f"{prefix}{len(ending.kept) + r}" for r in range(n_results))
+    return frozenset(fresh), frozenset(made)
 
 
 def _store_values(codegen: PyCodegen, ending: BreakEnding, prefix: str) -> None:

@@ -24,6 +24,9 @@ from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSour
 
 # per code object: check key -> (GuardCheck, GuardSets using it)
 _shared: "weakref.WeakKeyDictionary[types.CodeType, Dict[Tuple, Any]]" = weakref.WeakKeyDictionary()
+# per code object: how many of its entries were dropped because an object an identity guard named
+# died, and the latest such guard's source; cleared by reset()
+dropped_entries: "weakref.WeakKeyDictionary[types.CodeType, Tuple[int, str]]" = weakref.WeakKeyDictionary()
 
 
 def local_slots(code: types.CodeType) -> Dict[str, int]:
@@ -167,24 +170,30 @@ class GuardSetBuilder:
                 return known
             del self.shared[key]  # an earlier object that lived at the same address has died
         try:
-            ref = weakref.ref(value, self._died_callback())
+            ref = weakref.ref(value, self._died_callback(name))
         except TypeError:
             return self.check(key, kind, value)
         return self.check(key, kind, ref, weak=True)
 
-    def _died_callback(self) -> Any:
-        """When an identified object dies, entries guarding on it are dropped at once."""
+    def _died_callback(self, name: str) -> Any:
+        """When an identified object dies, entries guarding on it are dropped at once (and counted,
+        with the guard, in `dropped_entries`)."""
         code_ref = weakref.ref(self.code)
         users: "weakref.WeakSet" = weakref.WeakSet()
         self.weak_checks.append(users)
         drop_invalid_entries = _C.drop_invalid_entries  # still reachable during interpreter shutdown
 
         def died(_: Any) -> None:
+            dropped = 0
             for guard_set in list(users):
+                dropped += guard_set.valid
                 guard_set.valid = False
             code = code_ref()
             if code is not None:
                 drop_invalid_entries(code)
+                if dropped:
+                    count, _ = dropped_entries.get(code, (0, ""))
+                    dropped_entries[code] = (count + dropped, name)
 
         return died
 

@@ -9,14 +9,16 @@ from __future__ import annotations
 import inspect
 import re
 import types
+import weakref
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, FrozenSet, List, Tuple
 
 from . import pyversion
 from .bytecode_transformation import CellVar, CodeCache, FreeVar, Instr, Instructions, Label, assemble
 from .exc import unimplemented
 
 _cache = CodeCache()  # code -> {ResumeSpec: resume code}
+_fresh: "weakref.WeakKeyDictionary[types.CodeType, ResumeSpec]" = weakref.WeakKeyDictionary()
 
 
 def stack_prefix(code: types.CodeType) -> str:
@@ -34,6 +36,10 @@ class ResumeSpec:
     stack_nulls: Tuple[bool, ...]  # one per stack slot: NULL slots are pushed again, not passed
     local_names: Tuple[str, ...]  # locals passed, then the stack values
     prefix: str  # of the stack-value parameters; see stack_prefix
+    # parameters holding an object that is new on every call (one the frame made, or the result of the
+    # instruction run at the break): the resume function guards them by type and structure, not identity
+    fresh: FrozenSet[str] = frozenset()
+    made: FrozenSet[str] = frozenset()  # those of `fresh` that the frame's own code made (functions too)
 
     def stack_argnames(self) -> List[str]:
         return [f"{self.prefix}{i}" for i, null in enumerate(self.stack_nulls) if not null]
@@ -44,9 +50,17 @@ def resume_code(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     if spec not in per_code:
         try:
             per_code[spec] = _build(instructions, spec)
+            _fresh[per_code[spec]] = spec
         except RuntimeError as e:  # the bytecode package cannot lay out this entry (stack depths)
             unimplemented(f"a resume function at offset {instructions.offsets[spec.target]}: {e}")
     return per_code[spec]
+
+
+def fresh_arguments(code: types.CodeType) -> Tuple[FrozenSet[str], FrozenSet[str]]:
+    """The parameters of a resume function that hold objects new on each call, and those of them the
+    frame made (see ResumeSpec); empty for other code."""
+    spec = _fresh.get(code)
+    return (spec.fresh, spec.made) if spec is not None else (frozenset(), frozenset())
 
 
 def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
@@ -78,9 +92,13 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
                     argcount=len(argnames), kwonlyargcount=0, flags=flags, freevars=freevars, cellvars=())
 
 
+def is_resume_function(code: types.CodeType) -> bool:
+    return code.co_qualname.startswith("__resume_at_")
+
+
 def frame_name(code: types.CodeType) -> str:
     """The name reports give a frame: a resume function's `__resume_at_<offset>_in_<fn>`, else its name."""
-    return code.co_qualname if code.co_qualname.startswith("__resume_at_") else code.co_name
+    return code.co_qualname if is_resume_function(code) else code.co_name
 
 
 def _as_free_variable(element):

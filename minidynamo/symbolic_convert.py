@@ -18,7 +18,7 @@ import torch
 from . import pyversion
 from .bytecode_analysis import in_loop, live_locals, reads_own_frame
 from .bytecode_transformation import Instr, Instructions, read_instructions
-from .resume_execution import frame_name
+from .resume_execution import fresh_arguments, frame_name
 from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .frame_codegen import BreakEnding, FrameEnding, ReturnEnding
 from .output_graph import OutputGraph
@@ -181,9 +181,10 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         """`fn(*args)` for a builtin or `operator` function, as the bytecode's operators run it."""
         return BuiltinVariable(fn).call_function(self, list(args), {})
 
-    def wrap(self, value: Any, source: Optional[Source] = None) -> VariableTracker:
-        """The tracker of a real value reached at `source` (None: no source), with the guards it needs."""
-        return VariableBuilder(self, source)(value)
+    def wrap(self, value: Any, source: Optional[Source] = None, by_structure: bool = False) -> VariableTracker:
+        """The tracker of a real value reached at `source` (None: no source), with the guards it needs;
+        `by_structure`: a module there is a new object on each call (see NNModuleVariable)."""
+        return VariableBuilder(self, source, by_structure)(value)
 
     def wrap_constant(self, value: Any) -> VariableTracker:
         """The tracker of a value computed from constants while tracing."""
@@ -527,6 +528,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         code = frame.f_code
         super().__init__(code, frame.f_globals, frame.f_builtins, {}, {}, output, None)
         self.f_locals: Dict[str, Any] = dict(frame.f_locals)
+        self.fresh, self.made = fresh_arguments(code)  # see ResumeSpec
         self.ending: Optional[FrameEnding] = None  # how the trace ended: a return, or a graph break
         self.break_at = break_at
         self.current_break_index = -1
@@ -557,7 +559,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         if name in self.f_locals:
-            return self.wrap(self.f_locals[name], LocalSource(name))
+            return VariableBuilder(self, LocalSource(name), name in self.fresh, name in self.made)(self.f_locals[name])
         return None
 
     def load_local(self, name: str) -> VariableTracker:

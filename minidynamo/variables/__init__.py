@@ -11,7 +11,7 @@ from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, Use
 from .named_tuple import NamedTupleVariable
 from .sym import SymNodeVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
-from .nn_module import NNModuleVariable
+from .nn_module import NNModuleVariable, is_new_each_call
 from .tensor import TensorVariable
 from .numpy import NumpyNdarrayVariable
 from .torch import TorchVariable
@@ -52,5 +52,6 @@ __all__ = [
     "VariableBuilder",
     "VariableTracker",
     "WithExitVariable",
+    "is_new_each_call",
     "wrap_constant_result",
 ]

@@ -45,16 +45,18 @@ _CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager,)
 
 
 class VariableBuilder:
-    def __init__(self, tx, source: Optional[Source]) -> None:
+    def __init__(self, tx, source: Optional[Source], by_structure: bool = False, made_by_frame: bool = False) -> None:
         self.tx = tx
         self.source = source
+        self.by_structure = by_structure  # a module here is a new object on each call
+        self.made_by_frame = made_by_frame  # so is a function here, made by the frame over its own cells
 
     def guard(self, kind: GuardKind, value: Any) -> None:
         if self.source is not None:
             self.tx.output.add_guard(Guard(self.source, kind, value))
 
     def __call__(self, value: Any) -> VariableTracker:
-        if type(value) in _TRACKED_CONTAINERS and self.source is not None:
+        if (type(value) in _TRACKED_CONTAINERS or self._module_by_structure(value)) and self.source is not None:
             known = self.tx.output.tracked_containers.get(id(value))
             if known is not None:  # the same container reached again: the trace relies on it staying so
                 if known[1].source is not None and known[1].source.name() != self.source.name():
@@ -64,6 +66,9 @@ class VariableBuilder:
             self.tx.output.tracked_containers[id(value)] = (value, variable)
             return variable
         return self.wrap(value)
+
+    def _module_by_structure(self, value: Any) -> bool:
+        return self.by_structure and isinstance(value, torch.nn.Module)
 
     def wrap(self, value: Any) -> VariableTracker:
         tx, source = self.tx, self.source
@@ -75,6 +80,9 @@ class VariableBuilder:
             self.guard(GuardKind.EQUALS_MATCH, value)
             return ConstantVariable(value, source)
         if isinstance(value, torch.nn.Module):
+            if self.by_structure:  # every fact read of it is guarded where it is read
+                self.guard(GuardKind.TYPE_MATCH, type(value))
+                return NNModuleVariable(value, source, by_structure=True)
             self.guard(GuardKind.NN_MODULE, value)
             return NNModuleVariable(value, source)
         if type(value) in (list, tuple):
@@ -135,10 +143,15 @@ class VariableBuilder:
             self.guard(GuardKind.ID_MATCH, value)
             return NumpyFunctionVariable(value, source)
         if is_allowed_in_graph(value) or (
-                is_torch_object(value) and callable(value) and not isinstance(value, _CONTEXT_MANAGER_OBJECTS)):
+                is_torch_object(value) and callable(value) and not isinstance(value, _CONTEXT_MANAGER_OBJECTS)
+                and not _traced_like_user_code(value)):
             self.guard(GuardKind.ID_MATCH, value)
             return TorchVariable(value, source)
         if isinstance(value, types.FunctionType):
+            if self.made_by_frame and source is not None:  # calling it guards its code, defaults and cells
+                self.guard(GuardKind.TYPE_MATCH, types.FunctionType)
+                tx.output.add_guard(Guard(AttrSource(source, "__globals__"), GuardKind.ID_MATCH, value.__globals__))
+                return UserFunctionVariable(value, source, by_structure=True)
             self.guard(GuardKind.ID_MATCH, value)
             return UserFunctionVariable(value, source)
         if isinstance(value, functools._lru_cache_wrapper) and isinstance(value.__wrapped__, types.FunctionType):
@@ -191,6 +204,11 @@ class VariableBuilder:
             factory = VariableBuilder(tx, source and AttrSource(source, "default_factory"))(value.default_factory)
         items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
         return ConstDictVariable(items, type(value), source, factory)
+
+
+def _traced_like_user_code(value: Any) -> bool:
+    """A torch callable traced through like the user's own code: a module's method."""
+    return isinstance(value, types.MethodType) and isinstance(value.__self__, torch.nn.Module)
 
 
 def wrap_constant_result(value: Any) -> VariableTracker:

@@ -127,9 +127,13 @@ class BaseUserFunctionVariable(VariableTracker):
 
 
 class UserFunctionVariable(BaseUserFunctionVariable):
-    def __init__(self, fn: types.FunctionType, source=None) -> None:
+    """A function. `by_structure`: a new function object on each call, made by the frame over its
+    own cells: guarded by its code, defaults and closure contents when called, not by identity."""
+
+    def __init__(self, fn: types.FunctionType, source=None, by_structure: bool = False) -> None:
         super().__init__(source)
         self.fn = fn
+        self.by_structure = by_structure
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         if getattr(self.fn, "_dynamo_marked_constant", False):
@@ -140,6 +144,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         return f"function {self.fn.__qualname__}"
 
     def as_python_constant(self) -> Any:
+        if self.by_structure:
+            unimplemented(f"{self.describe()} is a new object on each call")
         return self.fn
 
     def real_object(self) -> Any:

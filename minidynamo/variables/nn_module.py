@@ -14,7 +14,7 @@ from ..module_lookup import MISSING, MODULE_TABLES, class_attribute, is_data_des
 from ..source import AttrSource, GetItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable
-from .functions import UserMethodVariable
+from .functions import NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListIteratorVariable, TupleVariable
 from .user_defined import UserDefinedClassVariable, iterate_object, lookup_class_attribute
 
@@ -35,9 +35,14 @@ def _is_torch_method(module: torch.nn.Module, name: str, owners: Tuple[type, ...
 
 
 class NNModuleVariable(VariableTracker):
-    def __init__(self, module: torch.nn.Module, source=None) -> None:
+    """A module. `by_structure`: the module is a new object on each call (made by the frame before a
+    graph break): guarded by type and by what is read of it, its parameters and buffers passed to the
+    graph as inputs, and so its submodules too."""
+
+    def __init__(self, module: torch.nn.Module, source=None, by_structure: bool = False) -> None:
         super().__init__(source)
         self.module = module
+        self.by_structure = by_structure
 
     def python_type(self) -> type:
         return type(self.module)
@@ -77,7 +82,7 @@ class NNModuleVariable(VariableTracker):
             self._guard(tx, table, GuardKind.DICT_CONTAINS, (key, True))
 
     def _child(self, tx, value: Any, source) -> VariableTracker:
-        return tx.wrap(value, source)
+        return tx.wrap(value, source, by_structure=self.by_structure)
 
     # ---- attributes ----
 
@@ -153,7 +158,7 @@ class NNModuleVariable(VariableTracker):
         for earlier in MODULE_TABLES[:MODULE_TABLES.index(table)]:
             self._guard_absent(tx, earlier, name)
         value = getattr(self.module, table)[name]
-        if table == "_modules" or value is None:
+        if table == "_modules" or value is None or self.by_structure:
             return self._child(tx, value, self.source and AttrSource(self.source, name))
         return tx.output.register_module_tensor(tx, self.module, name, value, self.source)
 
@@ -198,7 +203,10 @@ class NNModuleVariable(VariableTracker):
 
     def getitem(self, tx, index: Any) -> VariableTracker:
         if isinstance(index, slice):
-            unimplemented("slicing a module container")
+            if not isinstance(self.module, _LIST_CONTAINERS):
+                unimplemented(f"slicing a {type(self.module).__name__}")
+            items = self.unpack_var_sequence(tx)
+            return SlicedContainerVariable(self, index, items[index])
         if isinstance(self.module, _LIST_CONTAINERS):  # an index names the entry at that position
             self._guard_keys(tx, "_modules")
         value = self.module[index]
@@ -296,3 +304,102 @@ _TREE_METHODS = {
     "modules": lambda vt, tx: [v for _, v in vt._named_modules(tx)],
     "named_modules": lambda vt, tx: _pairs(vt._named_modules(tx)),
 }
+
+
+def is_new_each_call(vt: VariableTracker) -> bool:
+    """Whether `vt` is a module or function that is another object on each call of the frame: made by
+    generated code (a slice, a module constructed or a function defined in the frame) or known to be so."""
+    if isinstance(vt, (NNModuleVariable, UserFunctionVariable)) and vt.by_structure:
+        return True
+    if isinstance(vt, NestedUserFunctionVariable):
+        return True
+    return isinstance(vt, NNModuleVariable) and vt.source is None and vt.has_identity
+
+
+class SlicedContainerVariable(NNModuleVariable):
+    """`container[a:b]` of a ModuleList or Sequential: a new container of the same entries. Its
+    entries are the container's, read (and guarded) there; generated code slices again."""
+
+    has_identity = True
+
+    def __init__(self, container: NNModuleVariable, index: slice, items: List[VariableTracker]) -> None:
+        super().__init__(container.module[index])
+        self.container = container
+        self.index = index
+        self.items = items
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.container, *self.items]
+
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.container)
+        codegen.load_const(self.index)
+        codegen.append("BINARY_SUBSCR")
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        value = self.module.__dict__.get(name)
+        if value is not None and not isinstance(value, (bool, int, str)):  # its tables hold unguarded entries
+            unimplemented(f"reading '{name}' of a sliced {type(self.module).__name__}")
+        return super().var_getattr(tx, name)
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        if not self.has_unpack_var_sequence(tx):
+            return iterate_object(tx, self, type(self.module))
+        return list(self.items)
+
+    def getitem(self, tx, index: Any) -> VariableTracker:
+        if isinstance(index, slice):
+            return SlicedContainerVariable(self, index, self.items[index])
+        return self.items[index]
+
+    def _guard_keys(self, tx, table: str) -> None:
+        pass  # its entries were read, with their guards, from the container it slices
+
+    def _children(self, tx) -> List[Tuple[str, VariableTracker]]:
+        return list(zip(self.module._modules, self.items))
+
+
+class ConstructedModuleVariable(NNModuleVariable):
+    """A torch.nn module made in the frame (`nn.ReLU()`), with no parameters or buffers of its own:
+    made now to be traced through, and made again by generated code where the frame needs it."""
+
+    has_identity = True
+
+    def __init__(self, module: torch.nn.Module, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> None:
+        super().__init__(module)
+        self.args = args
+        self.kwargs = kwargs
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [*self.args, *self.kwargs.values()]
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(type(self.module))
+        for arg in [*self.args, *self.kwargs.values()]:
+            codegen.reconstruct(arg)
+        codegen.call(len(self.args) + len(self.kwargs), tuple(self.kwargs))
+
+
+def construct_module(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """`cls(*args, **kwargs)` for a torch.nn module class, on constants and modules."""
+    if not cls.__module__.startswith("torch.nn.modules."):
+        unimplemented(f"constructing {cls.__qualname__} inside a compiled region")
+    values = [_construction_argument(cls, a) for a in args]
+    named = {k: _construction_argument(cls, v) for k, v in kwargs.items()}
+    before = {id(t) for v in [*values, *named.values()] if isinstance(v, torch.nn.Module)
+              for t in [*v.parameters(), *v.buffers()]}
+    try:
+        module = cls(*values, **named)
+    except Exception as e:
+        unimplemented(f"{cls.__qualname__}() raised {type(e).__name__}: {e}")
+    if any(id(t) not in before for t in [*module.parameters(), *module.buffers()]):
+        unimplemented(f"constructing {cls.__qualname__} inside a compiled region (it makes parameters or buffers)")
+    return ConstructedModuleVariable(module, args, kwargs)
+
+
+def _construction_argument(cls: type, vt: VariableTracker) -> Any:
+    if isinstance(vt, NNModuleVariable):
+        return vt.module
+    if vt.is_python_constant():
+        return vt.as_python_constant()
+    unimplemented(f"constructing {cls.__qualname__} from {vt.describe()} inside a compiled region")

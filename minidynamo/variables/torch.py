@@ -19,6 +19,7 @@ from .base import KnownObjectVariable, VariableTracker
 from .constant import ConstantVariable, is_constant_value
 from .lists import BaseListVariable
 from .misc import GradModeVariable
+from .nn_module import construct_module
 from .numpy import NumpyNdarrayVariable, ndarray_as_tensor
 from .sym import SymNodeVariable
 from .tensor import TensorVariable
@@ -200,6 +201,8 @@ class TorchVariable(KnownObjectVariable):
             return self._evaluate(args, kwargs)
         if id(fn) in _SETTING_PATHS and not args and not kwargs:
             return read_setting(tx, fn)
+        if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+            return construct_module(tx, fn, args, kwargs)
         if isinstance(fn, type):
             unimplemented(f"constructing {fn.__qualname__} inside a compiled region")
         if is_functorch_function(fn):
