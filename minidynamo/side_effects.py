@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .source import Source
 from .variables.base import VariableTracker
@@ -55,14 +55,15 @@ class StoreAttr:
     obj: VariableTracker
     name: str
     value: VariableTracker
-    generic: bool = False  # object.__setattr__, bypassing the class's own __setattr__
+    # called instead of `obj.name = value` (object.__setattr__: bypassing the class's own __setattr__)
+    setter: Optional[Callable[[Any, str, Any], None]] = None
 
     def values(self) -> List[VariableTracker]:
         return [self.value]
 
     def codegen(self, codegen: "PyCodegen") -> None:
-        if self.generic:
-            codegen.load_function(object.__setattr__)
+        if self.setter is not None:
+            codegen.load_function(self.setter)
             codegen.reconstruct(self.obj)
             codegen.load_const(self.name)
             codegen.reconstruct(self.value)
@@ -139,10 +140,10 @@ class SideEffects:
         return effect.value if effect is not None else None
 
     def store_attr(self, obj: VariableTracker, identity: Any, name: str, value: VariableTracker,
-                   generic: bool = False) -> None:
+                   setter: Optional[Callable[[Any, str, Any], None]] = None) -> None:
         key = ("attr", id(identity), name)
         self.effects.pop(key, None)
-        self.effects[key] = StoreAttr(obj, name, value, generic)
+        self.effects[key] = StoreAttr(obj, name, value, setter)
 
     def pending_attr(self, identity: Any, name: str) -> Optional[VariableTracker]:
         effect = self.effects.get(("attr", id(identity), name))

@@ -7,6 +7,8 @@ import inspect
 import types
 from typing import Any, Dict, List, Optional
 
+import torch
+
 from ..exc import unimplemented
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
@@ -21,6 +23,9 @@ CO_VARARGS, CO_VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
 CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 # Pure library functions of existing objects (already guarded by identity): evaluated, not inlined.
 _EVALUATED_ON_REAL_OBJECTS = {inspect.signature, inspect.isclass, inspect.isfunction, inspect.ismethod}
+# nn.Module's own attribute lookup and assignment, called by a module class's __getattr__/__setattr__:
+# the module's tracker answers them (see NNModuleVariable.call_module_method).
+_MODULE_METHODS_ANSWERED = (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__)
 # Library modules whose functions do I/O or touch process state: called, never inlined.
 _SIDE_EFFECT_MODULES = ("logging", "warnings", "threading", "io", "os", "subprocess", "pdb", "traceback")
 
@@ -118,6 +123,11 @@ class BaseUserFunctionVariable(VariableTracker):
                 return tx.wrap_constant(self.fn(*reals))
         if is_disabled(getattr(self, "fn", None)):  # a method wrapped by torch.compiler.disable
             unimplemented(f"a call to {self.get_code().co_qualname} (compiling disabled by a disable() wrapper)")
+        answer = getattr(args[0], "call_module_method", None) if args else None
+        if answer is not None and getattr(self, "fn", None) in _MODULE_METHODS_ANSWERED:
+            result = answer(tx, self.fn, args[1:])
+            if result is not None:
+                return result
         if self.get_code().co_flags & CO_ASYNC:
             unimplemented(f"calling coroutine function {self.get_code().co_name}")
         module = self.get_globals().get("__name__", "")

@@ -3,27 +3,28 @@ lookup relied on; parameters and buffers become graph attributes; forward is inl
 from __future__ import annotations
 
 import types
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch.nn.modules import module as module_impl
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
 from ..module_lookup import MISSING, MODULE_TABLES, class_attribute, is_data_descriptor, module_attribute_home
 from ..source import AttrSource, GetItemSource
 from .base import VariableTracker
-from .constant import ConstantVariable
+from .constant import ConstantVariable, is_none
+from .dicts import ConstDictVariable
 from .functions import NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
-from .lists import ListIteratorVariable, TupleVariable
+from .lists import ListIteratorVariable, ListVariable, TupleVariable
 from .user_defined import UserDefinedClassVariable, iterate_object, lookup_class_attribute
 
 # The __call__ torch.fx gives each GraphModule class: nn.Module.__call__ with fx's traceback reporting.
 _GRAPH_MODULE_CALL = next(c for c in torch.fx.GraphModule.recompile.__code__.co_consts
                           if isinstance(c, types.CodeType) and c.co_name == "call_wrapped")
-_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-_GLOBAL_HOOK_DICTS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-                      "_global_backward_pre_hooks")
+_BACKWARD_HOOK_DICTS = ("_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_BACKWARD_HOOK_DICTS = ("_global_backward_hooks", "_global_backward_pre_hooks")
 _CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
 _LIST_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential)
 
@@ -87,9 +88,18 @@ class NNModuleVariable(VariableTracker):
     # ---- attributes ----
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if class_attribute(type(self.module), "__setattr__") is not torch.nn.Module.__setattr__:
+            self._call_own_method(tx, "__setattr__", [ConstantVariable(name), value])
+            return
+        self.store_table_attr(tx, name, value)
+
+    def store_table_attr(self, tx, name: str, value: VariableTracker) -> None:
+        """What Module.__setattr__ does, for the values it keeps in the instance dict."""
         if self.source is None or name in self.module._parameters or name in self.module._modules:
             super().store_attr(tx, name, value)
-        tx.output.side_effects.store_attr(self, self.module, name, value)
+        own_setattr = class_attribute(type(self.module), "__setattr__") is not torch.nn.Module.__setattr__
+        tx.output.side_effects.store_attr(self, self.module, name, value,
+                                          torch.nn.Module.__setattr__ if own_setattr else None)
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         """`module.name` as Python finds it: a class data descriptor, the instance __dict__, another
@@ -101,6 +111,8 @@ class NNModuleVariable(VariableTracker):
         source = self.source and AttrSource(self.source, name)
         if name == "__class__":
             return UserDefinedClassVariable(cls)
+        if name == "__dict__":
+            return InstanceDictVariable(self)
         static = class_attribute(cls, name)
         if static is not MISSING and is_data_descriptor(static):
             return self._class_attribute(tx, name, source)
@@ -111,10 +123,37 @@ class NNModuleVariable(VariableTracker):
         self._guard_absent(tx, "__dict__", name)
         if static is not MISSING:
             return self._class_attribute(tx, name, source)
-        table = module_attribute_home(module, name)
-        if table is None:
-            unimplemented(f"{cls.__name__} has no attribute '{name}' (or a __getattr__ of its own)")
-        return self._table_entry(tx, table, name)
+        own_getattr = class_attribute(cls, "__getattr__")
+        if own_getattr is not torch.nn.Module.__getattr__:
+            return self._call_own_method(tx, "__getattr__", [ConstantVariable(name)])
+        return self.table_attribute(tx, name)
+
+    def table_attribute(self, tx, name: str) -> VariableTracker:
+        """What Module.__getattr__ answers: the entry of the first of its tables holding `name`."""
+        for table in MODULE_TABLES:
+            if name in self.module.__dict__.get(table, ()):
+                return self._table_entry(tx, table, name)
+        for table in MODULE_TABLES:
+            self._guard_absent(tx, table, name)
+        unimplemented(f"{type(self.module).__name__} has no attribute '{name}'")
+
+    def _call_own_method(self, tx, name: str, args: List[VariableTracker]) -> VariableTracker:
+        """The class's own `__getattr__` / `__setattr__`, inlined (a call of Module's version in it
+        comes back to table_attribute / store_table_attr)."""
+        method = class_attribute(type(self.module), name)
+        if not isinstance(method, types.FunctionType):
+            unimplemented(f"{type(self.module).__name__}.{name} is not a Python function")
+        self._guard_class_attribute(tx, name)
+        return UserMethodVariable(method, self).call_function(tx, args, {})
+
+    def call_module_method(self, tx, fn: Any, args: List[VariableTracker]) -> Optional[VariableTracker]:
+        """`torch.nn.Module.<fn>(this module, *args)` called by a method of its class, answered here."""
+        if fn is torch.nn.Module.__getattr__ and len(args) == 1:
+            return self.table_attribute(tx, args[0].as_python_constant())
+        if fn is torch.nn.Module.__setattr__ and len(args) == 2:
+            self.store_table_attr(tx, args[0].as_python_constant(), args[1])
+            return ConstantVariable(None)
+        return None
 
     def has_attribute(self, tx, name: str) -> bool:
         """`hasattr(module, name)`, answered in var_getattr's order with a guard on each fact used."""
@@ -166,27 +205,104 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         """`module(*args)`: the class's __call__; nn.Module's runs `self.forward` when there are no hooks."""
+        if isinstance(self.module, LazyModuleMixin) and self.module.has_uninitialized_params():
+            self._initialize_lazy(args, kwargs)
         call = class_attribute(type(self.module), "__call__")
         self._guard_class_attribute(tx, "__call__")
         if call is not torch.nn.Module.__call__ and getattr(call, "__code__", None) is not _GRAPH_MODULE_CALL:
             if not isinstance(call, types.FunctionType):
                 unimplemented(f"{type(self.module).__name__}.__call__ is not a Python function")
             return UserMethodVariable(call, self).call_function(tx, args, kwargs)
-        self._guard_no_hooks(tx)
-        return self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
+        self._guard_no_backward_hooks(tx)
+        pre_hooks = self._hooks_to_run(tx, "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", None)
+        hooks = self._hooks_to_run(tx, "_forward_hooks", "_forward_hooks_with_kwargs", "_global_forward_hooks_with_kwargs")
+        for hook, with_kwargs in pre_hooks:
+            args, kwargs = self._run_pre_hook(tx, hook, with_kwargs, args, kwargs)
+        result = self.var_getattr(tx, "forward").call_function(tx, args, kwargs)
+        for hook, with_kwargs in hooks:
+            extra = [ConstDictVariable(dict(kwargs))] if with_kwargs else []
+            hook_result = hook.call_function(tx, [self, TupleVariable(list(args)), *extra, result], {})
+            if not is_none(hook_result):
+                result = hook_result
+        return result
 
-    def _guard_no_hooks(self, tx) -> None:
+    def _initialize_lazy(self, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> None:
+        """A lazy module's first call makes its parameters from the arguments' shapes (and becomes
+        its final class), as its pre-hook does in eager: done now, so the call is traced as a module's."""
+        def example(vt: VariableTracker) -> Any:
+            return vt.example if hasattr(vt, "example") else vt.as_python_constant()
+
+        self.module._infer_parameters(self.module, tuple(map(example, args)), {k: example(v) for k, v in kwargs.items()})
+
+    def _run_pre_hook(self, tx, hook: VariableTracker, with_kwargs: bool, args: List[VariableTracker],
+                      kwargs: Dict[str, VariableTracker]) -> Tuple[List[VariableTracker], Dict[str, VariableTracker]]:
+        """A forward pre-hook, as Module.__call__ runs it: its result, if not None, replaces the arguments."""
+        if with_kwargs:
+            result = hook.call_function(tx, [self, TupleVariable(list(args)), ConstDictVariable(dict(kwargs))], {})
+            if is_none(result):
+                return args, kwargs
+            pair = result.unpack_var_sequence(tx) if issubclass(result.python_type(), tuple) else []
+            if len(pair) != 2 or not isinstance(pair[1], ConstDictVariable):
+                unimplemented("a forward pre-hook returned something other than None or (args, kwargs)")
+            return pair[0].unpack_var_sequence(tx), {k: v for k, v in pair[1].items.items()}
+        result = hook.call_function(tx, [self, TupleVariable(list(args))], {})
+        if is_none(result):
+            return args, kwargs
+        return (result.unpack_var_sequence(tx) if issubclass(result.python_type(), tuple) else [result]), kwargs
+
+    def _guard_no_backward_hooks(self, tx) -> None:
         module = self.module
-        hooks = [getattr(module, name) for name in _HOOK_DICTS] + [vars(module_impl)[name] for name in _GLOBAL_HOOK_DICTS]
-        if any(hooks) or getattr(module, "_compiled_call_impl", None) is not None:
-            unimplemented(f"calling {type(module).__name__} with hooks registered")
+        if any(getattr(module, name) for name in _BACKWARD_HOOK_DICTS) or any(
+                vars(module_impl)[name] for name in _GLOBAL_BACKWARD_HOOK_DICTS) or getattr(
+                module, "_compiled_call_impl", None) is not None:
+            unimplemented(f"calling {type(module).__name__} with backward hooks registered")
         if self.source is not None:  # read from the instance dict the other module guards read too
-            instance_dict = AttrSource(self.source, "__dict__")
-            for name in _HOOK_DICTS:
-                tx.output.add_guard(Guard(GetItemSource(instance_dict, name), GuardKind.LIST_LENGTH, module.__dict__[name]))
-        namespace = tx.output_globals_source(vars(module_impl), None)
-        for name in _GLOBAL_HOOK_DICTS:
-            tx.output.add_guard(Guard(GetItemSource(namespace, name), GuardKind.LIST_LENGTH, vars(module_impl)[name]))
+            for name in _BACKWARD_HOOK_DICTS:
+                self._guard_hook_table(tx, self._instance_dict_entry(name), module.__dict__[name])
+        for name in _GLOBAL_BACKWARD_HOOK_DICTS:
+            self._guard_hook_table(tx, self._hooks_namespace_entry(tx, name), vars(module_impl)[name])
+
+    def _instance_dict_entry(self, name: str):
+        return self.source and GetItemSource(AttrSource(self.source, "__dict__"), name)
+
+    @staticmethod
+    def _hooks_namespace_entry(tx, name: str):
+        return GetItemSource(tx.output_globals_source(vars(module_impl), None), name)
+
+    @staticmethod
+    def _guard_hook_table(tx, source, table: Dict[int, Any]) -> None:
+        """Which hooks a table holds: its length and each key (a hook removed and added again has a new key)."""
+        if source is None:
+            return
+        tx.output.add_guard(Guard(source, GuardKind.LIST_LENGTH, table))
+        for key in table:
+            tx.output.add_guard(Guard(source, GuardKind.DICT_CONTAINS, (key, True)))
+
+    def _hooks_to_run(self, tx, table: str, with_kwargs: str,
+                       global_with_kwargs: Optional[str]) -> List[Tuple[VariableTracker, bool]]:
+        """The global then the module's hooks of `table`, in the order Module.__call__ runs them, each
+        with whether it takes the keyword arguments; every table read is guarded."""
+        global_table = "_global" + table
+        sources = [(self._hooks_namespace_entry(tx, global_table), vars(module_impl)[global_table])]
+        if self.source is not None or not self.module.__dict__[table]:
+            sources.append((self._instance_dict_entry(table), self.module.__dict__[table]))
+        else:
+            unimplemented(f"calling a {type(self.module).__name__} made while tracing that has hooks")
+        kwargs_tables = [(self._instance_dict_entry(with_kwargs), self.module.__dict__[with_kwargs])]
+        if global_with_kwargs is not None:
+            kwargs_tables.append((self._hooks_namespace_entry(tx, global_with_kwargs), vars(module_impl)[global_with_kwargs]))
+        found = []
+        for source, hooks in sources:
+            self._guard_hook_table(tx, source, hooks)
+            for key, hook in hooks.items():
+                takes_kwargs = False
+                for kw_source, kw_table in kwargs_tables:
+                    present = key in kw_table
+                    if kw_source is not None:
+                        tx.output.add_guard(Guard(kw_source, GuardKind.DICT_CONTAINS, (key, present)))
+                    takes_kwargs |= present
+                found.append((tx.wrap(hook, source and GetItemSource(source, key)), takes_kwargs))
+        return found
 
     # ---- containers ----
 
@@ -400,6 +516,39 @@ def construct_module(tx, cls: type, args: List[VariableTracker], kwargs: Dict[st
 def _construction_argument(cls: type, vt: VariableTracker) -> Any:
     if isinstance(vt, NNModuleVariable):
         return vt.module
+    if type(vt) in (ListVariable, TupleVariable):  # nn.ModuleList([...]), nn.Sequential(*[...])
+        return vt.python_type()(_construction_argument(cls, item) for item in vt.items)
     if vt.is_python_constant():
         return vt.as_python_constant()
     unimplemented(f"constructing {cls.__qualname__} from {vt.describe()} inside a compiled region")
+
+
+class InstanceDictVariable(VariableTracker):
+    """`module.__dict__`, read entry by entry (each read guarded) by a class's own __getattr__."""
+
+    def __init__(self, owner: NNModuleVariable) -> None:
+        super().__init__(owner.source and AttrSource(owner.source, "__dict__"))
+        self.owner = owner
+
+    def python_type(self) -> type:
+        return dict
+
+    def _has(self, tx, key: Any) -> bool:
+        present = key in self.owner.module.__dict__
+        self.owner._guard(tx, "__dict__", GuardKind.DICT_CONTAINS, (key, present))
+        return present
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        keys = [a.as_python_constant() for a in args]
+        if name == "__contains__" and len(keys) == 1 and not kwargs:
+            return ConstantVariable(self._has(tx, keys[0]))
+        if name in ("__getitem__", "get") and keys and not kwargs:
+            if keys[0] in MODULE_TABLES or keys[0] in _BACKWARD_HOOK_DICTS:
+                unimplemented(f"reading the module's table {keys[0]} through its __dict__")
+            if self._has(tx, keys[0]):
+                value = self.owner.module.__dict__[keys[0]]
+                return self.owner._child(tx, value, self.source and GetItemSource(self.source, keys[0]))
+            if name == "get":
+                return args[1] if len(args) > 1 else ConstantVariable(None)
+            unimplemented(f"KeyError: {keys[0]!r} not in the module's __dict__")
+        unimplemented(f"{name} of a module's __dict__")

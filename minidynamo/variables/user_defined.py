@@ -247,7 +247,7 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(self.obj)
         if self.source is None or _is_data_descriptor(cls, name) or any(vars(c).get("__slots__") for c in cls.__mro__[:-1]):
             super().store_attr(tx, name, value)
-        tx.output.side_effects.store_attr(self, self.obj, name, value, generic=True)
+        tx.output.side_effects.store_attr(self, self.obj, name, value, object.__setattr__)
 
     def mapping_storage(self, tx) -> Optional[ConstDictVariable]:
         base = mapping_base(type(self.obj))
