@@ -40,6 +40,9 @@ _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, rang
 # Containers whose trackers stand for the object itself: reached twice, they are one tracker.
 _TRACKED_CONTAINERS = (list, dict, set, collections.OrderedDict, collections.defaultdict)
 
+# Pure-Python torch classes whose construction and methods are traced like the user's own classes.
+_TRACED_TORCH_CLASSES = ("torch.distributions.",)
+
 # torch's context-manager objects (inference_mode(), ...) are values, not functions to put in a graph.
 _CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager,)
 
@@ -87,7 +90,8 @@ class VariableBuilder:
             return NNModuleVariable(value, source)
         if type(value) in (list, tuple):
             self.guard(GuardKind.LIST_LENGTH, value)
-            items = [VariableBuilder(tx, source and GetItemSource(source, i))(v) for i, v in enumerate(value)]
+            items = [VariableBuilder(tx, source and GetItemSource(source, i), self.by_structure, self.made_by_frame)(v)
+                     for i, v in enumerate(value)]
             return (ListVariable if type(value) is list else TupleVariable)(items, source)
         if isinstance(value, tuple) and hasattr(type(value), "_fields"):
             self.guard(GuardKind.TYPE_MATCH, type(value))
@@ -207,8 +211,11 @@ class VariableBuilder:
 
 
 def _traced_like_user_code(value: Any) -> bool:
-    """A torch callable traced through like the user's own code: a module's method."""
-    return isinstance(value, types.MethodType) and isinstance(value.__self__, torch.nn.Module)
+    """A torch callable traced through like the user's own code: a module's method, a class of
+    torch.distributions."""
+    if isinstance(value, types.MethodType):
+        return isinstance(value.__self__, torch.nn.Module)
+    return isinstance(value, type) and value.__module__.startswith(_TRACED_TORCH_CLASSES)
 
 
 def wrap_constant_result(value: Any) -> VariableTracker:

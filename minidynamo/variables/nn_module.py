@@ -429,6 +429,8 @@ def is_new_each_call(vt: VariableTracker) -> bool:
         return True
     if isinstance(vt, NestedUserFunctionVariable):
         return True
+    if type(vt) in (ListVariable, TupleVariable) and vt.source is None:  # built anew, with what it holds
+        return any(is_new_each_call(item) for item in vt.items)
     return isinstance(vt, NNModuleVariable) and vt.source is None and vt.has_identity
 
 
@@ -485,6 +487,11 @@ class ConstructedModuleVariable(NNModuleVariable):
         super().__init__(module)
         self.args = args
         self.kwargs = kwargs
+        self.passed = {id(vt.module): vt for vt in _module_trackers([*args, *kwargs.values()])}
+
+    def _child(self, tx, value: Any, source) -> VariableTracker:
+        """A module it was given is the tracker it was given (its source and guards)."""
+        return self.passed.get(id(value)) or super()._child(tx, value, source)
 
     def subvalues(self) -> List[VariableTracker]:
         return [*self.args, *self.kwargs.values()]
@@ -502,15 +509,35 @@ def construct_module(tx, cls: type, args: List[VariableTracker], kwargs: Dict[st
         unimplemented(f"constructing {cls.__qualname__} inside a compiled region")
     values = [_construction_argument(cls, a) for a in args]
     named = {k: _construction_argument(cls, v) for k, v in kwargs.items()}
-    before = {id(t) for v in [*values, *named.values()] if isinstance(v, torch.nn.Module)
-              for t in [*v.parameters(), *v.buffers()]}
+    before = {id(t) for m in _modules_in([*values, *named.values()]) for t in [*m.parameters(), *m.buffers()]}
     try:
-        module = cls(*values, **named)
+        with torch.random.fork_rng(devices=[]):  # a constructor that makes parameters draws them (and breaks)
+            module = cls(*values, **named)
     except Exception as e:
         unimplemented(f"{cls.__qualname__}() raised {type(e).__name__}: {e}")
     if any(id(t) not in before for t in [*module.parameters(), *module.buffers()]):
         unimplemented(f"constructing {cls.__qualname__} inside a compiled region (it makes parameters or buffers)")
     return ConstructedModuleVariable(module, args, kwargs)
+
+
+def _module_trackers(values: List[VariableTracker]) -> List[NNModuleVariable]:
+    found = []
+    for vt in values:
+        if isinstance(vt, NNModuleVariable):
+            found.append(vt)
+        elif type(vt) in (ListVariable, TupleVariable):
+            found.extend(_module_trackers(vt.items))
+    return found
+
+
+def _modules_in(values: List[Any]) -> List[torch.nn.Module]:
+    found = []
+    for value in values:
+        if isinstance(value, torch.nn.Module):
+            found.append(value)
+        elif type(value) in (list, tuple):
+            found.extend(_modules_in(list(value)))
+    return found
 
 
 def _construction_argument(cls: type, vt: VariableTracker) -> Any:

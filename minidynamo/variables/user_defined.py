@@ -8,7 +8,9 @@ import enum
 import functools
 import inspect
 import types
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
+
+from torch.distributions.utils import lazy_property
 
 from ..exc import unimplemented
 from ..frame_hook import disabled
@@ -55,12 +57,13 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         prop_source = guarded()
         return UserFunctionVariable(static.fget, prop_source and AttrSource(prop_source, "fget")).call_function(
             tx, [obj_vt], {})
-    if isinstance(static, functools.cached_property) and isinstance(static.func, types.FunctionType):
+    cached = _cached_property_function(static)
+    if cached is not None:
         # computed once, then stored in the instance dict, which later reads find first
         prop_source = guarded()
-        value = UserFunctionVariable(static.func, prop_source and AttrSource(prop_source, "func")).call_function(
+        value = UserFunctionVariable(cached[0], prop_source and AttrSource(prop_source, cached[1])).call_function(
             tx, [obj_vt], {})
-        obj_vt.store_attr(tx, static.attrname or name, value)
+        obj_vt.store_attr(tx, getattr(static, "attrname", None) or name, value)
         return value
     if isinstance(static, types.FunctionType):
         return UserMethodVariable(static, obj_vt, guarded())
@@ -78,6 +81,16 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     if hasattr(type(static), "__get__"):
         unimplemented(f"attribute '{name}' is a {type(static).__name__} descriptor")
     return tx.wrap(static, attr_source)
+
+
+def _cached_property_function(static: Any) -> Optional[Tuple[types.FunctionType, str]]:
+    """The function (and its attribute on the descriptor) of a property computed once per instance:
+    functools.cached_property, torch.distributions' lazy_property."""
+    if isinstance(static, functools.cached_property) and isinstance(static.func, types.FunctionType):
+        return static.func, "func"
+    if isinstance(static, lazy_property) and isinstance(static.wrapped, types.FunctionType):
+        return static.wrapped, "wrapped"
+    return None
 
 
 def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
