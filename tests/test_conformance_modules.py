@@ -1351,6 +1351,14 @@ def break_after_list_of_new_modules(x):
     return x
 
 
+@case(graphs=2)
+def break_after_dict_of_new_modules(x):
+    acts = {"first": nn.Tanh(), "second": nn.ReLU()}
+    x = x * 5
+    _break()
+    return acts["second"](acts["first"](x))
+
+
 @case(graphs=3)
 def break_twice_with_new_module(x):
     act = nn.LeakyReLU(0.1)
@@ -1578,6 +1586,115 @@ def getattr_module_in_sequential(x):
 def build_relu_inplace_flag(x):
     act = nn.ReLU(inplace=False)
     return act(x) * 2 if not act.inplace else x
+
+
+# ---------------------------------------------------------------------------------------------
+# more parameter-free modules made in the region, containers of them, identity of modules
+# ---------------------------------------------------------------------------------------------
+@case()
+def build_hardswish(x):
+    return nn.Hardswish()(x)
+
+
+@case()
+def build_mish(x):
+    return nn.Mish()(x)
+
+
+@case()
+def build_relu6(x):
+    return nn.ReLU6()(x * 4)
+
+
+@case()
+def build_softsign(x):
+    return nn.Softsign()(x)
+
+
+@case()
+def build_tanhshrink(x):
+    return nn.Tanhshrink()(x)
+
+
+@case()
+def build_threshold(x):
+    return nn.Threshold(0.1, -1.0)(x)
+
+
+@case()
+def build_glu(x):
+    return nn.GLU(dim=-1)(x)
+
+
+@case()
+def build_softmin(x):
+    return nn.Softmin(dim=1)(x)
+
+
+@case()
+def build_celu(x):
+    return nn.CELU(alpha=0.7)(x)
+
+
+@case()
+def build_selu(x):
+    return nn.SELU()(x)
+
+
+@case()
+def build_hardsigmoid(x):
+    return nn.Hardsigmoid()(x)
+
+
+@case()
+def build_logsigmoid(x):
+    return nn.LogSigmoid()(x)
+
+
+@case()
+def build_sequential_kwargs_free_call_twice(x):
+    body = nn.Sequential(nn.Softsign(), nn.Tanh())
+    return body(x) + body(x * 2)
+
+
+@case()
+def build_moduledict_of_new(x):
+    acts = nn.ModuleDict({"a": nn.ReLU(), "b": nn.Tanh()})
+    return acts["b"](acts["a"](x))
+
+
+@case()
+def build_sequential_len(x):
+    return x * len(nn.Sequential(nn.ReLU(), nn.ReLU(), nn.Tanh()))
+
+
+@case()
+def build_sequential_slice(x):
+    return nn.Sequential(nn.ReLU(), nn.Tanh(), nn.Sigmoid())[1:](x)
+
+
+@case()
+def module_in_tuple(x):
+    return x * 2 if ML[1] in (ML[0], ML[1]) else x - 1
+
+
+@case()
+def hook_output_tuple_then_index(x):
+    return H_TUPLE(x)[0] + 1
+
+
+@case()
+def slice_loop_with_break_condition(x):
+    for i, layer in enumerate(ML[:3]):
+        if i == 2:
+            break
+        x = layer(x)
+    return x
+
+
+@case()
+def slice_sum_outputs(x):
+    return sum(layer(x) for layer in ML[1:])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ class VariableBuilder:
             return BuiltinVariable(value, source)
         if type(value) is dict and all(is_constant_value(k) for k in value):
             self.guard(GuardKind.DICT_KEYS, value)
-            items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
+            items = {k: VariableBuilder(tx, source and GetItemSource(source, k), self.by_structure, self.made_by_frame)(v)
+                     for k, v in value.items()}
             return ConstDictVariable(items, dict, source)
         if type(value) in (collections.OrderedDict, collections.defaultdict) and all(is_constant_value(k) for k in value):
             return self.wrap_mapping(value)

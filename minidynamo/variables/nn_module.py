@@ -431,6 +431,8 @@ def is_new_each_call(vt: VariableTracker) -> bool:
         return True
     if type(vt) in (ListVariable, TupleVariable) and vt.source is None:  # built anew, with what it holds
         return any(is_new_each_call(item) for item in vt.items)
+    if type(vt) is ConstDictVariable and vt.user_cls is dict and vt.source is None:
+        return any(is_new_each_call(item) for item in vt.items.values())
     return isinstance(vt, NNModuleVariable) and vt.source is None and vt.has_identity
 
 
@@ -527,6 +529,8 @@ def _module_trackers(values: List[VariableTracker]) -> List[NNModuleVariable]:
             found.append(vt)
         elif type(vt) in (ListVariable, TupleVariable):
             found.extend(_module_trackers(vt.items))
+        elif type(vt) is ConstDictVariable:
+            found.extend(_module_trackers(list(vt.items.values())))
     return found
 
 
@@ -535,8 +539,8 @@ def _modules_in(values: List[Any]) -> List[torch.nn.Module]:
     for value in values:
         if isinstance(value, torch.nn.Module):
             found.append(value)
-        elif type(value) in (list, tuple):
-            found.extend(_modules_in(list(value)))
+        elif type(value) in (list, tuple, dict):
+            found.extend(_modules_in(list(value.values() if type(value) is dict else value)))
     return found
 
 
@@ -545,6 +549,8 @@ def _construction_argument(cls: type, vt: VariableTracker) -> Any:
         return vt.module
     if type(vt) in (ListVariable, TupleVariable):  # nn.ModuleList([...]), nn.Sequential(*[...])
         return vt.python_type()(_construction_argument(cls, item) for item in vt.items)
+    if type(vt) is ConstDictVariable and vt.user_cls is dict:  # nn.ModuleDict({...})
+        return {key: _construction_argument(cls, item) for key, item in vt.items.items()}
     if vt.is_python_constant():
         return vt.as_python_constant()
     unimplemented(f"constructing {cls.__qualname__} from {vt.describe()} inside a compiled region")
