@@ -197,9 +197,13 @@ class NNModuleVariable(VariableTracker):
         for earlier in MODULE_TABLES[:MODULE_TABLES.index(table)]:
             self._guard_absent(tx, earlier, name)
         value = getattr(self.module, table)[name]
-        if table == "_modules" or value is None or self.by_structure:
-            return self._child(tx, value, self.source and AttrSource(self.source, name))
-        return tx.output.register_module_tensor(tx, self.module, name, value, self.source)
+        source = self.source and AttrSource(self.source, name)
+        if source is not None and module_attribute_home(self.module, name) != table:
+            # `module.name` would run the class's own __getattr__: guards and generated code read the entry
+            source = GetItemSource(AttrSource(self.source, table), name)
+        elif table != "_modules" and value is not None and not self.by_structure:
+            return tx.output.register_module_tensor(tx, self.module, name, value, self.source)
+        return self._child(tx, value, source)
 
     # ---- calls ----
 
