@@ -1698,6 +1698,49 @@ def slice_sum_outputs(x):
 
 
 # ---------------------------------------------------------------------------------------------
+# the module tree's methods with their arguments
+# ---------------------------------------------------------------------------------------------
+@case()
+def parameters_not_recursive(x):
+    return x * len(list(NET.parameters(recurse=False))) + len(list(NET.embed.parameters(False)))
+
+
+@case()
+def named_parameters_prefix(x):
+    return x * 2, [name for name, _ in NET.head.named_parameters(prefix="head")]
+
+
+@case()
+def named_parameters_keep_duplicates(x):
+    return x * 2, [name for name, _ in SHARED.named_parameters(remove_duplicate=False)]
+
+
+@case()
+def named_buffers_not_recursive(x):
+    return x * 2, [name for name, _ in NET.named_buffers(recurse=False)]
+
+
+@case()
+def buffers_recursive_positional(x):
+    return x + sum(b.sum() for b in NET.buffers(True))
+
+
+@case()
+def named_modules_prefix(x):
+    return x * 2, [name for name, _ in NET.layers.named_modules(prefix="layers")]
+
+
+@case()
+def named_modules_keep_duplicates(x):
+    return x * 2, [name for name, _ in SHARED.named_modules(remove_duplicate=False)]
+
+
+@case()
+def named_parameters_prefix_not_recursive(x):
+    return x * 2, [name for name, _ in NET.named_parameters("net", False)]
+
+
+# ---------------------------------------------------------------------------------------------
 # the table of functions above
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(CASES))

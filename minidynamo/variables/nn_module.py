@@ -2,6 +2,7 @@
 lookup relied on; parameters and buffers become graph attributes; forward is inlined."""
 from __future__ import annotations
 
+import inspect
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -342,9 +343,10 @@ class NNModuleVariable(VariableTracker):
         if name in ("keys", "values", "items") and not args and _is_torch_method(module, name, (torch.nn.ModuleDict,)):
             self._guard_absent(tx, "__dict__", name)
             return self._dict_view(tx, name)
-        if name in _TREE_METHODS and not args and not kwargs and _is_torch_method(module, name, (torch.nn.Module,)):
+        if name in _TREE_METHODS and _is_torch_method(module, name, (torch.nn.Module,)):
+            arguments = _tree_arguments(name, args, kwargs)
             self._guard_absent(tx, "__dict__", name)
-            return ListIteratorVariable(_TREE_METHODS[name](self, tx))
+            return ListIteratorVariable(_TREE_METHODS[name](self, tx, arguments))
         return super().call_method(tx, name, args, kwargs)
 
     def _dict_view(self, tx, name: str) -> VariableTracker:
@@ -378,35 +380,40 @@ class NNModuleVariable(VariableTracker):
         self._guard_absent(tx, "__dict__", name)
         return self._table_entry(tx, table, name)
 
-    def _named_modules(self, tx) -> List[Tuple[str, "NNModuleVariable"]]:
-        """`named_modules()`: each module once, in torch's order; every path to it is read (and
-        guarded), so a module shared today and not tomorrow is seen."""
+    def _named_modules(self, tx, prefix: str = "", remove_duplicate: bool = True) -> List[Tuple[str, "NNModuleVariable"]]:
+        """`named_modules()`: each module once (unless `remove_duplicate` is off), in torch's order;
+        every path to it is read (and guarded), so a module shared today and not tomorrow is seen."""
         found: List[Tuple[str, NNModuleVariable]] = []
         seen = set()
 
-        def visit(prefix: str, vt: NNModuleVariable) -> None:
+        def visit(path: str, vt: NNModuleVariable) -> None:
             if id(vt.module) in seen:
                 return
-            seen.add(id(vt.module))
-            found.append((prefix, vt))
+            if remove_duplicate:
+                seen.add(id(vt.module))
+            found.append((path, vt))
             for name, child in vt._children(tx):
                 if isinstance(child, NNModuleVariable):
-                    visit(f"{prefix}.{name}" if prefix else name, child)
+                    visit(f"{path}.{name}" if path else name, child)
 
-        visit("", self)
+        visit(prefix, self)
         return found
 
-    def _named_tensors(self, tx, table: str) -> List[Tuple[str, VariableTracker]]:
-        """`named_parameters()` / `named_buffers()`: each tensor once, every entry read and guarded."""
+    def _named_tensors(self, tx, table: str, prefix: str = "", recurse: bool = True,
+                       remove_duplicate: bool = True) -> List[Tuple[str, VariableTracker]]:
+        """`named_parameters()` / `named_buffers()`: each tensor once (unless `remove_duplicate` is
+        off), every entry read and guarded."""
         found, seen = [], set()
-        for prefix, vt in self._named_modules(tx):
+        modules = self._named_modules(tx, prefix, remove_duplicate) if recurse else [(prefix, self)]
+        for module_prefix, vt in modules:
             vt._guard_keys(tx, table)
             for name, value in getattr(vt.module, table).items():
                 entry = vt._entry_of(tx, table, name)
                 if value is None or id(value) in seen:
                     continue
-                seen.add(id(value))
-                found.append((f"{prefix}.{name}" if prefix else name, entry))
+                if remove_duplicate:
+                    seen.add(id(value))
+                found.append((f"{module_prefix}.{name}" if module_prefix else name, entry))
         return found
 
 
@@ -414,16 +421,32 @@ def _pairs(items: List[Tuple[str, VariableTracker]]) -> List[VariableTracker]:
     return [TupleVariable([ConstantVariable(name), vt]) for name, vt in items]
 
 
+# Module's tree methods, each given its arguments bound to the method's signature (see _tree_arguments).
 _TREE_METHODS = {
-    "parameters": lambda vt, tx: [v for _, v in vt._named_tensors(tx, "_parameters")],
-    "named_parameters": lambda vt, tx: _pairs(vt._named_tensors(tx, "_parameters")),
-    "buffers": lambda vt, tx: [v for _, v in vt._named_tensors(tx, "_buffers")],
-    "named_buffers": lambda vt, tx: _pairs(vt._named_tensors(tx, "_buffers")),
-    "children": lambda vt, tx: [v for _, v in vt._unique_children(tx)],
-    "named_children": lambda vt, tx: _pairs(vt._unique_children(tx)),
-    "modules": lambda vt, tx: [v for _, v in vt._named_modules(tx)],
-    "named_modules": lambda vt, tx: _pairs(vt._named_modules(tx)),
+    "parameters": lambda vt, tx, a: [v for _, v in vt._named_tensors(tx, "_parameters", "", a["recurse"])],
+    "named_parameters": lambda vt, tx, a: _pairs(vt._named_tensors(tx, "_parameters", a["prefix"], a["recurse"],
+                                                                    a["remove_duplicate"])),
+    "buffers": lambda vt, tx, a: [v for _, v in vt._named_tensors(tx, "_buffers", "", a["recurse"])],
+    "named_buffers": lambda vt, tx, a: _pairs(vt._named_tensors(tx, "_buffers", a["prefix"], a["recurse"],
+                                                                 a["remove_duplicate"])),
+    "children": lambda vt, tx, a: [v for _, v in vt._unique_children(tx)],
+    "named_children": lambda vt, tx, a: _pairs(vt._unique_children(tx)),
+    "modules": lambda vt, tx, a: [v for _, v in vt._named_modules(tx)],
+    "named_modules": lambda vt, tx, a: _pairs(vt._named_modules(tx, a["prefix"], a["remove_duplicate"])),
 }
+
+
+def _tree_arguments(name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> Dict[str, Any]:
+    """The arguments of a call of Module.`name`, bound to its signature with its defaults (constants only)."""
+    try:
+        bound = inspect.signature(getattr(torch.nn.Module, name)).bind(
+            None, *[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
+    except TypeError as e:  # eager raises it
+        unimplemented(f"{name}(): {e}")
+    bound.apply_defaults()
+    if bound.arguments.get("memo") is not None:
+        unimplemented(f"{name}() with a memo set")
+    return bound.arguments
 
 
 def is_new_each_call(vt: VariableTracker) -> bool:
