@@ -198,7 +198,6 @@ class TorchVariable(KnownObjectVariable):
             return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
         if fn in _GLOBAL_STATE_READS or fn in _PURE_FUNCTIONS:
             return self._evaluate(args, kwargs)
-            return self._evaluate(args, kwargs)
         if id(fn) in _SETTING_PATHS and not args and not kwargs:
             return read_setting(tx, fn)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
