@@ -625,3 +625,26 @@ def test_numpy_random_runs_numpys_generator():
     expected = py_random(a)
     np.random.seed(0)
     assert_equal(compiled(a), expected)
+
+
+SCALAR_RESULTS = {
+    "sum": lambda a: np.sum(a),
+    "method_mean": lambda a: a.mean(),
+    "max_of_row": lambda a: np.max(a[0]),
+    "ufunc_of_a_reduction": lambda a: np.sin(a.sum()),
+    "reduction_plus_one": lambda a: a.std() + 1,
+    "tuple_of_reductions": lambda a: (a.min(), a.max()),
+    "array_of_a_reduction": lambda a: np.asarray(a.sum()),
+    "reshaped_to_0d": lambda a: a[:1, :1].reshape(()),
+}
+
+
+@reference_only_skip("torch 2.13 hands out NumPy's 0-d results as 0-d arrays")
+@pytest.mark.parametrize("name", list(SCALAR_RESULTS))
+def test_0d_results_are_numpy_scalars_where_numpy_gives_scalars(name):
+    fn = SCALAR_RESULTS[name]
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    expected, actual = fn(a), optimize("eager")(fn)(a)
+    for e, g in zip(*(x if isinstance(x, tuple) else (x,) for x in (expected, actual))):
+        assert type(g) is type(e), f"{type(g).__name__} instead of {type(e).__name__}"
+        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)

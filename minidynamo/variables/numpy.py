@@ -85,12 +85,13 @@ class NumpyTensorSource(ChainedSource):
 class NumpyNdarrayVariable(VariableTracker):
     """An ndarray, traced as the tensor sharing its memory; handed out as that tensor's `.numpy()`."""
 
-    def __init__(self, tensor: TensorVariable, source=None) -> None:
+    def __init__(self, tensor: TensorVariable, source=None, scalar: bool = False) -> None:
         super().__init__(source)
         self.tensor = tensor
+        self.scalar = scalar  # a 0-d result NumPy hands out as a scalar (np.sum(a) is an np.float32)
 
     def python_type(self) -> type:
-        return np.ndarray
+        return np.dtype(str(self.tensor.example.dtype).split(".")[-1]).type if self.scalar else np.ndarray
 
     def describe(self) -> str:
         return f"ndarray of {self.tensor.describe()}"
@@ -102,7 +103,7 @@ class NumpyNdarrayVariable(VariableTracker):
         if self.source is not None:  # the argument itself
             self.source.reconstruct(codegen)
             return
-        codegen.load_function(torch.Tensor.numpy)
+        codegen.load_function(_numpy_scalar if self.scalar else torch.Tensor.numpy)
         codegen.reconstruct(self.tensor)
         codegen.call(1)
 
@@ -210,22 +211,36 @@ def _graph_argument(value: VariableTracker) -> Any:
     return value
 
 
+# NumPy returns 0-d results as scalars, except from these, which make or reshape arrays
+_ARRAY_RESULTS = frozenset({
+    "array", "asarray", "asanyarray", "ascontiguousarray", "asfortranarray", "copy", "reshape", "view", "squeeze",
+    "astype", "expand_dims", "transpose", "swapaxes", "moveaxis", "broadcast_to", "atleast_1d", "atleast_2d",
+    "atleast_3d", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like"})
+
+
+def _numpy_scalar(tensor: torch.Tensor) -> Any:
+    """A 0-d result as NumPy hands it out: a NumPy scalar."""
+    return tensor.numpy()[()]
+
+
 def numpy_call(tx, fn: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-    """`fn` (torch._numpy's) called on the arrays' tensors, one graph op; tensors in the result are arrays."""
+    """`fn` (torch._numpy's) called on the arrays' tensors, one graph op; tensors in the result are
+    arrays (0-d ones are NumPy scalars, as NumPy returns them, unless `fn` makes arrays)."""
     graph_args = [_graph_argument(a) for a in args]
     graph_kwargs = {k: _graph_argument(v) for k, v in kwargs.items()}
     result = tx.output.call_graph_op(tx, "call_function", on_tensors(fn), graph_args, graph_kwargs)
     first = args[0] if args else None
+    scalars = getattr(fn, "__name__", "").strip("_") not in _ARRAY_RESULTS
     if isinstance(first, NumpyNdarrayVariable) and result is first.tensor:  # in place: the same array
-        return first
-    return as_arrays(result)
+        return first if not first.scalar else NumpyNdarrayVariable(first.tensor, scalar=scalars)
+    return as_arrays(result, scalars)
 
 
-def as_arrays(value: VariableTracker) -> VariableTracker:
+def as_arrays(value: VariableTracker, scalars: bool = False) -> VariableTracker:
     if isinstance(value, TensorVariable):
-        return NumpyNdarrayVariable(value)
+        return NumpyNdarrayVariable(value, scalar=scalars and value.example.dim() == 0)
     if isinstance(value, TupleVariable):
-        return TupleVariable([as_arrays(v) for v in value.items])
+        return TupleVariable([as_arrays(v, scalars) for v in value.items])
     return value
 
 
