@@ -74,6 +74,15 @@ class VariableBuilder:
         return self.by_structure and isinstance(value, torch.nn.Module)
 
     def wrap(self, value: Any) -> VariableTracker:
+        for wrap_kind in (self._wrap_data, self._wrap_torch_and_numpy, self._wrap_python_object):
+            tracker = wrap_kind(value)
+            if tracker is not None:
+                return tracker
+        self.guard(GuardKind.TYPE_MATCH, type(value))
+        return UserDefinedObjectVariable(value, self.source)
+
+    def _wrap_data(self, value: Any) -> Optional[VariableTracker]:
+        """Tensors, constants, modules and containers; None for other values."""
         tx, source = self.tx, self.source
         if isinstance(value, torch.Tensor):
             if source is None:
@@ -121,6 +130,11 @@ class VariableBuilder:
             return ConstDictVariable(items, dict, source)
         if type(value) in (collections.OrderedDict, collections.defaultdict) and all(is_constant_value(k) for k in value):
             return self.wrap_mapping(value)
+        return None
+
+    def _wrap_torch_and_numpy(self, value: Any) -> Optional[VariableTracker]:
+        """Python modules, torch's and NumPy's callables and objects, grad-mode objects, disabled functions."""
+        tx, source = self.tx, self.source
         if isinstance(value, types.ModuleType):
             self.guard(GuardKind.ID_MATCH, value)
             return PythonModuleVariable(value, source)
@@ -152,6 +166,11 @@ class VariableBuilder:
                 and not _traced_like_user_code(value)):
             self.guard(GuardKind.ID_MATCH, value)
             return TorchVariable(value, source)
+        return None
+
+    def _wrap_python_object(self, value: Any) -> Optional[VariableTracker]:
+        """Functions, methods, builtins, classes and enum members."""
+        tx, source = self.tx, self.source
         if isinstance(value, types.FunctionType):
             if self.made_by_frame and source is not None:  # calling it guards its code, defaults and cells
                 self.guard(GuardKind.TYPE_MATCH, types.FunctionType)
@@ -193,9 +212,7 @@ class VariableBuilder:
         if isinstance(value, enum.Enum):  # a member's identity is its meaning: what `is`, `==`, `.value` answer
             self.guard(GuardKind.ID_MATCH, value)
             return UserDefinedObjectVariable(value, source)
-        self.guard(GuardKind.TYPE_MATCH, type(value))
-        return UserDefinedObjectVariable(value, source)
-
+        return None
 
     def wrap_mapping(self, value: dict) -> VariableTracker:
         """An OrderedDict or defaultdict: its type, its keys in order (and its default factory) guarded."""
