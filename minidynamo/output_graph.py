@@ -272,7 +272,7 @@ class OutputGraph:
         nodes, effects = set(self.graph.nodes), dict(self.side_effects.effects)
         trace()
         added = [n for n in self.graph.nodes if n not in nodes]
-        if any(n.op not in _CALL_OPS or _may_write_in_place(n) for n in added) or (
+        if any(n.op not in _CALL_OPS or may_write_in_place(n) for n in added) or (
                 list(self.side_effects.effects.items()) != list(effects.items())):
             unimplemented("code run inside one graph op reads new tensors, changes tensors in place or has side effects")
         for node in reversed(added):
@@ -296,7 +296,7 @@ class OutputGraph:
             items: List[VariableTracker] = []
             for i, item in enumerate(example):
                 item = specialized_value(item)
-                if isinstance(item, (torch.Tensor, *SYM_TYPES)):
+                if isinstance(item, (torch.Tensor, *SYM_TYPES, tuple, list)):
                     items.append(self._wrap_result(self.create_node("call_function", operator.getitem, (node, i), {}), item,
                                                        inputs))
                 elif is_constant_value(item):
@@ -425,7 +425,7 @@ def _restoring_grad_mode(compiled: Callable) -> Callable:
     return call
 
 
-def _may_write_in_place(node: torch.fx.Node) -> bool:
+def may_write_in_place(node: torch.fx.Node) -> bool:
     """Whether an op may change a tensor it is given: an in-place method or function (`add_`,
     `relu_`), an augmented operator, item assignment, or an `out=` argument."""
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")

@@ -2,8 +2,9 @@
 
 Graphs that need gradients go through aot_autograd, with forward and backward both compiled by the
 code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation,
-tensors of a torch.func transform, inputs eager rejects, an internal error) runs eagerly instead:
-results are never approximated by dropping work, and errors are eager's own.
+tensors of a torch.func transform, subgraphs run under checkpoint or a transform, inputs eager
+rejects, an internal error) runs eagerly instead: results are never approximated by dropping work,
+and errors are eager's own.
 """
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ def sets_grad_mode(gm: torch.fx.GraphModule) -> bool:
     """Grad-mode switches are nodes without outputs, which tracing for the kernels drops: such
     graphs run eagerly so the mode the caller sees afterwards is eager's."""
     return any(n.op == "call_function" and n.target is torch._C._set_grad_enabled for n in gm.graph.nodes)
+
+
+def calls_traced_body(gm: torch.fx.GraphModule) -> bool:
+    """A node runs a subgraph under a torch rule (checkpoint, a torch.func transform): the rule must
+    see the subgraph's ops at run time (recomputation in backward, transformed tensors), so the graph
+    runs eagerly."""
+    return any(n.op == "call_function" and hasattr(n.target, "traced_body") for n in gm.graph.nodes)
 
 
 def static_tensors(example_inputs: Sequence) -> bool:
@@ -127,7 +135,8 @@ class CodegenBackend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor],
                  options: Optional[Dict[str, Any]] = None) -> Callable:
-        if not static_tensors(example_inputs) or under_functorch(gm, example_inputs) or sets_grad_mode(gm):
+        if (not static_tensors(example_inputs) or under_functorch(gm, example_inputs) or sets_grad_mode(gm)
+                or calls_traced_body(gm)):
             return gm.forward
         if needs_grad(gm, example_inputs):
             if has_recurrent_ops(gm):

@@ -22,6 +22,7 @@ from .builtin import BuiltinVariable, is_stdlib
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
+from .higher_order import CheckpointVariable, FunctionTransformVariable, is_function_transform
 from .lists import ListVariable, SetVariable, TupleVariable
 from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode,
                    WeakRefVariable, WithExitVariable, is_torch_object)
@@ -138,6 +139,9 @@ class VariableBuilder:
         if isinstance(value, types.ModuleType):
             self.guard(GuardKind.ID_MATCH, value)
             return PythonModuleVariable(value, source)
+        if is_function_transform(value):
+            self.guard(GuardKind.ID_MATCH, value)
+            return FunctionTransformVariable(value, source)
         if is_functorch_function(value) and isinstance(value, types.FunctionType):
             VariableBuilder(tx, source and AttrSource(source, "__code__")).guard(GuardKind.ID_MATCH, value.__code__)
             return FunctorchFunctionVariable(value, source)
@@ -145,6 +149,8 @@ class VariableBuilder:
             return GradModeVariable.from_object(tx, value, source)
         if unconverted_wrapper(value) is not None:
             self.guard(GuardKind.ID_MATCH, value)
+            if value is torch.utils.checkpoint.checkpoint:
+                return CheckpointVariable(unconverted_wrapper(value))
             return DisabledFunctionVariable(unconverted_wrapper(value))  # no source: the wrapper is rebuilt
         if is_disabled(value):
             if hasattr(value, "_torchdynamo_orig_callable") and source is not None:

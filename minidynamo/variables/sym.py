@@ -38,6 +38,7 @@ class SymNodeVariable(VariableTracker):
         super().__init__(source)
         self.node = node
         self.example = example
+        node.meta.setdefault("example_value", example)  # for subgraphs that read this node (higher_order)
 
     def python_type(self) -> type:
         return _PYTHON_TYPES[type(self.example)]

@@ -47,6 +47,7 @@ class TensorVariable(VariableTracker):
         super().__init__(source)
         self.node = node
         self.example = example
+        node.meta.setdefault("example_value", example)  # for subgraphs that read this node (higher_order)
         # the class of the real tensor an input stands for (nn.Parameter, a subclass), which its
         # tensor guard checks; results of ops are plain tensors
         self.python_cls = python_cls

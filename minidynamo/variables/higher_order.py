@@ -1,0 +1,243 @@
+"""Calls that run a traced function under a torch rule (activation checkpointing, torch.func
+transforms): the function becomes a subgraph, and the call one graph node applying the rule to it."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Tuple
+
+import torch
+import torch.func
+import torch.fx
+import torch.utils.checkpoint
+
+from ..exc import Unsupported, unimplemented
+from ..frame_hook import disabled
+from .base import VariableTracker
+from .lists import BaseListVariable
+from .misc import DisabledFunctionVariable
+from .sym import SymNodeVariable
+from .tensor import TensorVariable
+
+_CALL_OPS = ("call_function", "call_method", "call_module")
+
+
+def _body_input(index: int) -> None:
+    """Target of the stand-in nodes for a body's own inputs while it is traced (never run)."""
+
+
+@dataclass
+class Body:
+    """A function traced on its own: `module(*inputs, *lifted)` computes what it returned."""
+
+    module: torch.fx.GraphModule
+    inputs: List[TensorVariable]  # the caller's tensors given to the function
+    lifted: List[VariableTracker]  # tensors and sizes of the enclosing graph the function reads
+
+
+def trace_body(tx, fn: VariableTracker, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
+               inner_example: Callable[[int, torch.Tensor], torch.Tensor] = lambda position, tensor: tensor) -> Body:
+    """Trace `fn(*args, **kwargs)` into a subgraph. Its tensor arguments become the subgraph's inputs
+    (seen inside as `inner_example(position, fake)`), constants are fixed; the ops it records in the
+    enclosing graph move to the subgraph. Code that changes anything outside its own values is refused."""
+    output = tx.output
+    graph = output.graph
+    before, effects = set(graph.nodes), list(output.side_effects.effects.items())
+    inputs: List[TensorVariable] = []
+    markers: List[torch.fx.Node] = []
+
+    def as_input(value: VariableTracker) -> VariableTracker:
+        if isinstance(value, TensorVariable):
+            markers.append(graph.create_node("call_function", _body_input, (len(inputs),), {}))
+            inputs.append(value)
+            return TensorVariable(markers[-1], inner_example(len(inputs) - 1, value.example))
+        if value.is_python_constant():
+            return value
+        unimplemented(f"a function run under a torch rule given {value.describe()} (tensors and constants only)")
+
+    body_args = [as_input(a) for a in args]
+    body_kwargs = {k: as_input(v) for k, v in kwargs.items()}
+    result = _result_nodes(fn.call_function(tx, body_args, body_kwargs))
+    added = [n for n in graph.nodes if n not in before and n.op in _CALL_OPS and n.target is not _body_input]
+    if any(map(_writes_in_place, added)) or list(output.side_effects.effects.items()) != effects:
+        unimplemented("a function run under a torch rule changes tensors in place or has side effects")
+    module, lifted = _subgraph(output.root, markers, added, result)
+    for node in reversed([*markers, *added]):
+        graph.erase_node(node)
+    return Body(module, inputs, [_tracker(node) for node in lifted])
+
+
+def _writes_in_place(node: torch.fx.Node) -> bool:
+    from ..output_graph import may_write_in_place  # noqa: PLC0415 - output_graph imports variables
+
+    return may_write_in_place(node)
+
+
+def _result_nodes(result: VariableTracker) -> Any:
+    """The body's result as a structure of graph nodes (tensors and sizes in tuples and lists)."""
+    if isinstance(result, (TensorVariable, SymNodeVariable)):
+        return result.node
+    if isinstance(result, BaseListVariable) and result.python_type() in (tuple, list):
+        return result.python_type()(_result_nodes(item) for item in result.items)
+    unimplemented(f"a function run under a torch rule returning {result.describe()} (tensors only)")
+
+
+def _subgraph(root: torch.nn.Module, markers: List[torch.fx.Node], body: List[torch.fx.Node],
+              result: Any) -> Tuple[torch.fx.GraphModule, List[torch.fx.Node]]:
+    """A GraphModule of the `body` nodes taking the `markers`' inputs, then the nodes of the
+    enclosing graph they read (returned too: the lifted nodes, in order)."""
+    inside = set(body) | set(markers)
+    lifted: List[torch.fx.Node] = []
+
+    def lift(node: torch.fx.Node) -> torch.fx.Node:
+        if node not in inside and node not in lifted:
+            lifted.append(node)
+        return node
+
+    for node in body:
+        torch.fx.node.map_arg((node.args, node.kwargs), lift)
+    torch.fx.node.map_arg(result, lift)
+    sub = torch.fx.Graph()
+    env = {m: sub.placeholder(f"input_{i}") for i, m in enumerate(markers)}
+    env.update({n: sub.placeholder(f"lifted_{i}") for i, n in enumerate(lifted)})
+    for node in body:
+        env[node] = sub.node_copy(node, env.__getitem__)
+    sub.output(torch.fx.node.map_arg(result, env.__getitem__))
+    return torch.fx.GraphModule(root, sub, class_name="Body"), lifted
+
+
+def _tracker(node: torch.fx.Node) -> VariableTracker:
+    """The tracker of a value of the enclosing graph a body reads (from the example its tracker left)."""
+    example = node.meta.get("example_value")
+    if isinstance(example, torch.Tensor):
+        return TensorVariable(node, example)
+    if example is None:
+        unimplemented(f"a function run under a torch rule reads {node.name}, whose value is not known")
+    return SymNodeVariable(node, example)
+
+
+def _call_body(tx, name: str, body: Body, run: Callable[[Callable, tuple], Any]) -> VariableTracker:
+    """One graph node: `run(f, inputs)`, where `f(*inputs)` runs the body (unconverted, with the
+    lifted values of this call)."""
+    module, count = disabled(body.module), len(body.inputs)
+
+    def call(*values: Any) -> Any:
+        lifted = values[count:]
+        return run(lambda *inputs: module(*inputs, *lifted), values[:count])
+
+    call.__name__ = call.__qualname__ = name
+    call.traced_body = body.module  # type: ignore[attr-defined]
+    with warnings.catch_warnings():  # eager's warnings come when the graph runs
+        warnings.simplefilter("ignore")
+        return tx.output.call_graph_op(tx, "call_function", call, [*body.inputs, *body.lifted], {})
+
+
+def _constants(kwargs: Dict[str, VariableTracker], what: str) -> Dict[str, Any]:
+    if not all(v.is_python_constant() for v in kwargs.values()):
+        unimplemented(f"{what} with options that are not constants")
+    return {k: v.as_python_constant() for k, v in kwargs.items()}
+
+
+def _traced(tx, what: str, trace: Callable[[], Body]) -> Body:
+    """`trace()`, or the graph break the call would have had without it, saying why."""
+    try:
+        return trace()
+    except Unsupported as e:
+        if e.whole_frame:
+            raise
+        unimplemented(f"{what}: its function cannot be traced into a subgraph ({e.msg})")
+
+
+# ---- torch.utils.checkpoint.checkpoint ----
+
+_CHECKPOINT_OPTIONS = frozenset({"use_reentrant", "preserve_rng_state", "determinism_check", "debug", "early_stop"})
+
+
+class CheckpointVariable(DisabledFunctionVariable):
+    """`torch.utils.checkpoint.checkpoint(fn, *args, ...)`: one node calling checkpoint on `fn`'s
+    subgraph, so backward recomputes it as eager does (with the random state preserved). Where `fn`
+    cannot be traced, a call run in plain Python (the disabled wrapper this extends)."""
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if not args or "context_fn" in kwargs:
+            return super().call_function(tx, args, kwargs)
+        options = _constants({k: v for k, v in kwargs.items() if k in _CHECKPOINT_OPTIONS}, "checkpoint")
+        fn_kwargs = {k: v for k, v in kwargs.items() if k not in _CHECKPOINT_OPTIONS}
+        body = _traced(tx, "checkpoint", lambda: trace_body(tx, args[0], list(args[1:]), fn_kwargs))
+        return _call_body(tx, "checkpoint", body,
+                          lambda f, inputs: torch.utils.checkpoint.checkpoint(f, *inputs, **options))
+
+
+# ---- torch.func transforms: transform(f, **options)(*tensors) ----
+
+def _vmap_example(options: Dict[str, Any]) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """What `vmap(f, in_dims)` hands `f` for its argument at `position`: one slice of the batch."""
+    in_dims = options.get("in_dims", 0)
+
+    def example(position: int, tensor: torch.Tensor) -> torch.Tensor:
+        dim = in_dims[position] if isinstance(in_dims, (tuple, list)) else in_dims
+        if dim is None:
+            return tensor
+        if not isinstance(dim, int):
+            unimplemented("vmap with nested in_dims")
+        return tensor.select(dim, 0)
+
+    return example
+
+
+def _same_example(options: Dict[str, Any]) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """Differentiating transforms hand `f` tensors of the arguments' own shapes."""
+    return lambda position, tensor: tensor
+
+
+# transform -> what its function sees of each argument (given the transform's options)
+_TRANSFORMS: Dict[Any, Callable[[Dict[str, Any]], Callable[[int, torch.Tensor], torch.Tensor]]] = {
+    torch.func.grad: _same_example, torch.func.grad_and_value: _same_example, torch.func.jacrev: _same_example,
+    torch.func.jacfwd: _same_example, torch.func.hessian: _same_example, torch.func.vmap: _vmap_example,
+}
+
+
+def is_function_transform(value: Any) -> bool:
+    return any(value is t for t in _TRANSFORMS)
+
+
+class FunctionTransformVariable(VariableTracker):
+    """A torch.func transform (grad, grad_and_value, vmap, jacrev, jacfwd, hessian) itself."""
+
+    def __init__(self, transform: Any, source=None) -> None:
+        super().__init__(source)
+        self.transform = transform
+
+    def describe(self) -> str:
+        return f"torch.func.{self.transform.__name__}"
+
+    def python_type(self) -> type:
+        return type(self.transform)
+
+    def real_object(self) -> Any:
+        return self.transform
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if len(args) != 1:
+            unimplemented(f"{self.describe()} with options given by position")
+        return TransformedFunctionVariable(self, args[0], _constants(kwargs, self.describe()))
+
+
+class TransformedFunctionVariable(VariableTracker):
+    """`transform(f, **options)` made in the frame: calling it with tensors is one graph node applying
+    the transform to `f`'s subgraph."""
+
+    def __init__(self, transform: FunctionTransformVariable, fn: VariableTracker, options: Dict[str, Any]) -> None:
+        super().__init__()
+        self.transform, self.fn, self.options = transform, fn, options
+
+    def describe(self) -> str:
+        return f"function made by {self.transform.describe()}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        transform, options, what = self.transform.transform, self.options, f"a call of a {self.describe()}"
+        if kwargs or not all(isinstance(a, TensorVariable) for a in args):
+            unimplemented(f"{what} with arguments other than tensors by position")
+        example = _TRANSFORMS[transform](options)
+        body = _traced(tx, what, lambda: trace_body(tx, self.fn, list(args), {}, example))
+        return _call_body(tx, transform.__name__, body, lambda f, inputs: transform(f, **options)(*inputs))
