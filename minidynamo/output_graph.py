@@ -39,7 +39,7 @@ from .variables.dicts import ConstDictVariable
 from .variables.lists import BaseListVariable, ListVariable, TupleVariable
 from .variables.named_tuple import NamedTupleVariable
 from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, specialized_value
-from .variables.tensor import TensorVariable
+from .variables.tensor import TensorVariable, may_write_in_place
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
 # Functions and methods that draw random numbers (in-place ones are found as mutations)
@@ -423,14 +423,6 @@ def _restoring_grad_mode(compiled: Callable) -> Callable:
             raise
 
     return call
-
-
-def may_write_in_place(node: torch.fx.Node) -> bool:
-    """Whether an op may change a tensor it is given: an in-place method or function (`add_`,
-    `relu_`), an augmented operator, item assignment, or an `out=` argument."""
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return ((name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs
-            or node.target is operator.setitem or (name.startswith("i") and getattr(operator, name, None) is node.target))
 
 
 def _node_name(text: str) -> str:

@@ -16,6 +16,7 @@ from .tensor import TensorVariable
 from .numpy import NumpyNdarrayVariable
 from .torch import TorchVariable
 from .autograd_function import AutogradFunctionClassVariable
+from .higher_order import CheckpointVariable, FunctionTransformVariable
 from .stdlib import STDLIB_FUNCTIONS
 from .builtin import BuiltinVariable
 from .builder import VariableBuilder, wrap_constant_result
@@ -27,9 +28,11 @@ __all__ = [
     "BoundMethodCall",
     "BuiltinVariable",
     "CellVariable",
+    "CheckpointVariable",
     "ConstDictVariable",
     "ConstantVariable",
     "DequeVariable",
+    "FunctionTransformVariable",
     "GradModeVariable",
     "IteratorVariable",
     "ListIteratorVariable",

@@ -17,7 +17,7 @@ from .base import VariableTracker
 from .lists import BaseListVariable
 from .misc import DisabledFunctionVariable
 from .sym import SymNodeVariable
-from .tensor import TensorVariable
+from .tensor import TensorVariable, may_write_in_place
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
 
@@ -59,18 +59,12 @@ def trace_body(tx, fn: VariableTracker, args: List[VariableTracker], kwargs: Dic
     body_kwargs = {k: as_input(v) for k, v in kwargs.items()}
     result = _result_nodes(fn.call_function(tx, body_args, body_kwargs))
     added = [n for n in graph.nodes if n not in before and n.op in _CALL_OPS and n.target is not _body_input]
-    if any(map(_writes_in_place, added)) or list(output.side_effects.effects.items()) != effects:
+    if any(map(may_write_in_place, added)) or list(output.side_effects.effects.items()) != effects:
         unimplemented("a function run under a torch rule changes tensors in place or has side effects")
     module, lifted = _subgraph(output.root, markers, added, result)
     for node in reversed([*markers, *added]):
         graph.erase_node(node)
     return Body(module, inputs, [_tracker(node) for node in lifted])
-
-
-def _writes_in_place(node: torch.fx.Node) -> bool:
-    from ..output_graph import may_write_in_place  # noqa: PLC0415 - output_graph imports variables
-
-    return may_write_in_place(node)
 
 
 def _result_nodes(result: VariableTracker) -> Any:

@@ -37,6 +37,14 @@ _DATA_DEPENDENT = {
 }
 
 
+def may_write_in_place(node: torch.fx.Node) -> bool:
+    """Whether an op may change a tensor it is given: an in-place method or function (`add_`,
+    `relu_`), an augmented operator, item assignment, or an `out=` argument."""
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return ((name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs
+            or node.target is operator.setitem or (name.startswith("i") and getattr(operator, name, None) is node.target))
+
+
 # Tensor methods whose results are trackers of modules built on this one: name -> (tx, tensor, kwargs) -> tracker.
 METHODS_ELSEWHERE: Dict[str, Callable[..., VariableTracker]] = {}
 
