@@ -46,3 +46,13 @@ def unimplemented_frame(msg: str) -> NoReturn:
     error = Unsupported(msg)
     error.whole_frame = True
     raise error
+
+
+class AttributeMissing(Unsupported):
+    """Traced code reached an attribute lookup that Python answers with AttributeError. hasattr and
+    getattr with a default catch it (their lookup ran user code, a Python __getattribute__); left
+    uncaught, it is an ordinary graph break."""
+
+
+def attribute_missing(msg: str) -> NoReturn:
+    raise AttributeMissing(msg)

@@ -96,6 +96,8 @@ class OutputGraph:
         self.side_effects = SideEffects()
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
+        # id() of values with no real object: tracker identity -> (tracker, the id given)
+        self.fake_ids: Dict[int, Tuple[VariableTracker, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
         self.outputs: List[Union[TensorVariable, SymNodeVariable]] = []  # set by finish()
         self.graph_module: Optional[torch.fx.GraphModule] = None  # the finished graph, if the frame has one

@@ -149,6 +149,11 @@ class SideEffects:
         effect = self.effects.get(("attr", id(identity), name))
         return effect.value if effect is not None else None
 
+    def pending_attrs(self, identity: Any) -> Dict[str, VariableTracker]:
+        """The attributes of an existing object that the trace has assigned so far."""
+        return {key[2]: effect.value for key, effect in self.effects.items()
+                if key[0] == "attr" and key[1] == id(identity)}
+
     def store_cell(self, cell: Any, frame_name: Optional[str], cell_source: Optional[Source]) -> None:
         self.effects.setdefault(("cell", id(cell)), StoreCell(frame_name, cell_source, cell))
 

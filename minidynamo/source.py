@@ -14,6 +14,26 @@ if TYPE_CHECKING:
     from .pycodegen import PyCodegen
 
 
+# Objects named in source expressions that have no literal form (a class as a dict key): the
+# expression indexes this table, which keeps them alive.
+_NAMED_OBJECTS: list = []
+_NAMED_INDEX: Dict[int, int] = {}
+_LITERAL_TYPES = (int, str, bytes, bool, type(None))
+
+
+def literal(value: Any) -> str:
+    """An expression for `value` that evaluates to it again: its repr where that is a literal."""
+    if type(value) in _LITERAL_TYPES or (type(value) is float and value == value and abs(value) != float("inf")):
+        return repr(value)
+    if type(value) is tuple:
+        return f"({''.join(literal(v) + ', ' for v in value)})"
+    index = _NAMED_INDEX.get(id(value))
+    if index is None:
+        index = _NAMED_INDEX[id(value)] = len(_NAMED_OBJECTS)
+        _NAMED_OBJECTS.append(value)
+    return f"__import__('minidynamo.source').source._NAMED_OBJECTS[{index}]"
+
+
 class Source:
     def name(self) -> str:
         raise NotImplementedError
@@ -100,7 +120,7 @@ class GetItemSource(ChainedSource):
     index: Any
 
     def name(self) -> str:
-        return f"{self.base.name()}[{self.index!r}]"
+        return f"{self.base.name()}[{literal(self.index)}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
         self.base.reconstruct(codegen)
@@ -129,7 +149,7 @@ class DefaultsSource(ChainedSource):
 
     def name(self) -> str:
         attr = "__kwdefaults__" if self.kwonly else "__defaults__"
-        return f"{self.base.name()}.{attr}[{self.index!r}]"
+        return f"{self.base.name()}.{attr}[{literal(self.index)}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
         self.base.reconstruct(codegen)
@@ -152,7 +172,7 @@ class MethodCallSource(ChainedSource):
 
     def name(self) -> str:
         owner = _QUALIFIED_OWNERS.get(self.owner, self.owner.__name__)
-        call = f"{owner}.{self.method}({self.base.name()}{''.join(f', {a!r}' for a in self.args)})"
+        call = f"{owner}.{self.method}({self.base.name()}{''.join(f', {literal(a)}' for a in self.args)})"
         return f"list({call})" if self.method in ("keys", "values", "items") else call
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
@@ -174,7 +194,7 @@ class ContainsSource(ChainedSource):
     key: Any
 
     def name(self) -> str:
-        return f"({self.key!r} in {self.base.name()})"
+        return f"({literal(self.key)} in {self.base.name()})"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
         codegen.load_const(self.key)

@@ -67,19 +67,8 @@ def test_model_matches_eager_and_settles(name, train):
     _check_calls(name, train)
 
 
-# Not one graph yet (issue 15 open): transformers' caches copy the config with copy.deepcopy
-# (PreTrainedConfig.get_text_config), whose reduce/to_dict/strict __setattr__ path is not traced.
-DEEPCOPIES_CONFIG = {"t5", "bart", "whisper"}
-
-
-def _one_graph_case(name):
-    if name in DEEPCOPIES_CONFIG and not REFERENCE:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="copy.deepcopy of the config breaks"))
-    return name
-
-
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
-@pytest.mark.parametrize("name", [_one_graph_case(n) for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_model_is_one_graph(name, train):
     model, args, kwargs = zoo.build(name, train)
     with torch.set_grad_enabled(train):

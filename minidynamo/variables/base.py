@@ -116,3 +116,55 @@ class KnownObjectVariable(VariableTracker):
 
     def real_object(self) -> Any:
         return self.value
+
+
+class BoundMethodCall(VariableTracker):
+    """`obj.name` looked up to be called; calling it asks `obj` to run its method."""
+
+    def __init__(self, obj: VariableTracker, name: str) -> None:
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def describe(self) -> str:
+        return f"method {self.name} of {self.obj.describe()}"
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        method = self.obj.var_getattr(tx, self.name)
+        if isinstance(method, BoundMethodCall):  # the object only knows how to call it
+            unimplemented(f"attribute {name!r} of method {self.name}")
+        return method.var_getattr(tx, name)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.obj)
+        codegen.load_attr(self.name)
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]
+
+
+class UnboundMethodCall(VariableTracker):
+    """A method of a builtin container class read from the class (`list.copy`, copy's dispatch
+    table): called on an instance of exactly that class, the instance runs the method."""
+
+    def __init__(self, cls: type, name: str, source: Optional[Source] = None) -> None:
+        super().__init__(source)
+        self.cls = cls
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{self.cls.__name__}.{self.name}"
+
+    def as_python_constant(self) -> Any:
+        return getattr(self.cls, self.name)
+
+    def real_object(self) -> Any:
+        return getattr(self.cls, self.name)
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        if not args or args[0].python_type() is not self.cls:  # a subclass may override the method
+            unimplemented(f"calling {self.describe()} on {args[0].describe() if args else 'nothing'}")
+        return args[0].call_method(tx, self.name, list(args[1:]), kwargs)

@@ -15,9 +15,10 @@ import torch
 from ..exc import unimplemented
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
+from ..polyfills import SUBSTITUTES
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .autograd_function import AutogradFunctionClassVariable, is_custom_autograd_function
-from .base import VariableTracker
+from .base import UnboundMethodCall, VariableTracker
 from .builtin import BuiltinVariable, is_stdlib
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
@@ -31,7 +32,7 @@ from .nn_module import NNModuleVariable
 from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable
 from .torch import (FunctorchFunctionVariable, TorchVariable, is_allowed_in_graph, is_functorch_function,
                     unconverted_wrapper)
-from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+from .user_defined import OBJECT_METHODS, UserDefinedClassVariable, UserDefinedObjectVariable
 
 # Builtin classes that behave like functions when called while tracing.
 _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, range, zip, enumerate, reversed,
@@ -178,6 +179,9 @@ class VariableBuilder:
         """Functions, methods, builtins, classes and enum members."""
         tx, source = self.tx, self.source
         if isinstance(value, types.FunctionType):
+            if value in SUBSTITUTES:  # the function is the guard; its stand-in is what the trace runs
+                self.guard(GuardKind.ID_MATCH, value)
+                return UserFunctionVariable(SUBSTITUTES[value])
             if self.made_by_frame and source is not None:  # calling it guards its code, defaults and cells
                 self.guard(GuardKind.TYPE_MATCH, types.FunctionType)
                 tx.output.add_guard(Guard(AttrSource(source, "__globals__"), GuardKind.ID_MATCH, value.__globals__))
@@ -201,8 +205,11 @@ class VariableBuilder:
             if func_source is not None:
                 tx.output.add_guard(Guard(func_source, GuardKind.ID_MATCH, value.__func__))
             return UserMethodVariable(value.__func__, owner, func_source)
-        if any(value is f for f in (object.__setattr__, object.__init__, functools.partial)):
+        if any(value is f for f in (*OBJECT_METHODS, functools.partial)):
             return BuiltinVariable(value)
+        if isinstance(value, types.MethodDescriptorType) and value.__objclass__ in (list, set, dict):
+            self.guard(GuardKind.ID_MATCH, value)
+            return UnboundMethodCall(value.__objclass__, value.__name__, source)
         if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict, set):
             owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
             return BoundMethodCall(owner, value.__name__)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List
 
 import torch
 
-from ..exc import unimplemented, unimplemented_frame
+from ..exc import AttributeMissing, unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
 from ..source import AttrSource
 from .base import VariableTracker
@@ -26,12 +26,13 @@ from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListI
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyNdarrayVariable, numpy_call
+from .object_protocol import OBJECT_PROTOCOL, fake_id
 from .stdlib import STDLIB_FUNCTIONS
 from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 from .torch import read_setting
 from .user_defined import (ConstructedObjectVariable, NewObjectVariable, SuperVariable, UserDefinedClassVariable,
-                           UserDefinedObjectVariable, lookup_class_attribute)
+                           UserDefinedObjectVariable, has_python_getattribute, lookup_class_attribute)
 
 # Functions that may be evaluated on constant arguments while tracing.
 _FOLDABLE = {
@@ -99,6 +100,8 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(None)
         if self.fn in _GRAPHABLE and any(isinstance(a, NumpyNdarrayVariable) for a in args) and not kwargs:
             return numpy_call(tx, self.fn, args, {})
+        if self.fn in OBJECT_PROTOCOL and not kwargs:
+            return OBJECT_PROTOCOL[self.fn](tx, *args)
         if self.fn is object.__setattr__ and len(args) == 3:
             args[0].generic_setattr(tx, args[1].as_python_constant(), args[2])
             return ConstantVariable(None)
@@ -409,6 +412,11 @@ class BuiltinVariable(VariableTracker):
 
     def _call_getattr(self, tx, obj: VariableTracker, name: VariableTracker, *default: VariableTracker):
         attr = name.as_python_constant()
+        if default and _lookup_is_traced(obj):
+            try:
+                return obj.var_getattr(tx, attr)
+            except AttributeMissing:
+                return default[0]
         if default:
             if not _has_attr(tx, obj, attr):
                 return default[0]
@@ -416,6 +424,24 @@ class BuiltinVariable(VariableTracker):
 
     def _call_hasattr(self, tx, obj: VariableTracker, name: VariableTracker):
         return ConstantVariable(_has_attr(tx, obj, name.as_python_constant()))
+
+    def _call_setattr(self, tx, obj: VariableTracker, name: VariableTracker, value: VariableTracker):
+        if not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
+            return None
+        obj.store_attr(tx, name.as_python_constant(), value)
+        return ConstantVariable(None)
+
+    def _call_delattr(self, tx, obj: VariableTracker, name: VariableTracker):
+        if not isinstance(obj, NewObjectVariable):
+            return None
+        delete = inspect.getattr_static(obj.cls, "__delattr__")
+        if isinstance(delete, types.FunctionType):
+            method = lookup_class_attribute(tx, obj, obj.cls, "__delattr__", None, implicit=True)
+            return method.call_function(tx, [name], {})
+        if delete is not object.__delattr__:
+            return None
+        obj.generic_delattr(tx, name.as_python_constant())
+        return ConstantVariable(None)
 
     def _call_bool(self, tx, *args: VariableTracker):
         return ConstantVariable(args[0].truthy(tx) if args else False)
@@ -467,7 +493,7 @@ class BuiltinVariable(VariableTracker):
     def _call_id(self, tx, obj: VariableTracker):
         identity = _identity_of(obj)
         if identity is None:
-            unimplemented("id() of a value created while tracing")
+            return fake_id(tx, obj)
         guard_identity(tx, obj)
         return ConstantVariable(id(identity))
 
@@ -581,7 +607,19 @@ def _eq_is_identity(a: VariableTracker, b: VariableTracker) -> bool:
                for v in (a, b))
 
 
+def _lookup_is_traced(obj: VariableTracker) -> bool:
+    """Whether reading an attribute of `obj` traces its class's Python __getattribute__ (hasattr and
+    getattr with a default then ask that lookup, and catch the AttributeError it ends in)."""
+    return isinstance(obj, NewObjectVariable) and has_python_getattribute(obj.cls)
+
+
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
+    if _lookup_is_traced(obj):
+        try:
+            obj.var_getattr(tx, name)
+        except AttributeMissing:
+            return False
+        return True
     if isinstance(obj, TensorVariable):
         return obj.has_attribute(tx, name)
     identity = _identity_of(obj)

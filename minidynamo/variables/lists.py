@@ -7,7 +7,7 @@ import operator
 from typing import Any, Dict, List, Optional
 
 from ..exc import unimplemented, unimplemented_frame
-from .base import VariableTracker
+from .base import BoundMethodCall, VariableTracker
 from .constant import ConstantVariable, is_none
 
 
@@ -67,6 +67,11 @@ class BaseListVariable(VariableTracker):
         for item in self.items:
             codegen.reconstruct(item)
         codegen.append("BUILD_LIST" if self.python_cls is list else "BUILD_TUPLE", len(self.items))
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if not name.startswith("__") and callable(getattr(self.python_cls, name, None)):  # `append = y.append`
+            return BoundMethodCall(self, name)
+        return super().var_getattr(tx, name)
 
 
 class TupleVariable(BaseListVariable):

@@ -14,7 +14,7 @@ import torch
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, CallSource, GetItemSource, ModuleGlobalsSource
-from .base import VariableTracker
+from .base import BoundMethodCall, VariableTracker  # noqa: F401 - BoundMethodCall: still importable from here
 from .constant import ConstantVariable
 
 
@@ -262,32 +262,3 @@ class WeakRefVariable(VariableTracker):
         if args or kwargs or self.source is None:
             unimplemented("calling a weak reference")
         return tx.wrap(self.ref(), CallSource(self.source))
-
-
-class BoundMethodCall(VariableTracker):
-    """`obj.name` looked up to be called; calling it asks `obj` to run its method."""
-
-    def __init__(self, obj: VariableTracker, name: str) -> None:
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def describe(self) -> str:
-        return f"method {self.name} of {self.obj.describe()}"
-
-    def call_function(self, tx, args, kwargs) -> VariableTracker:
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def var_getattr(self, tx, name: str) -> VariableTracker:
-        method = self.obj.var_getattr(tx, self.name)
-        if isinstance(method, BoundMethodCall):  # the object only knows how to call it
-            unimplemented(f"attribute {name!r} of method {self.name}")
-        return method.var_getattr(tx, name)
-
-    def reconstruct(self, codegen) -> None:
-        codegen.reconstruct(self.obj)
-        codegen.load_attr(self.name)
-
-    def subvalues(self) -> List[VariableTracker]:
-        return [self.obj]
-

@@ -9,7 +9,7 @@ from ..guards import Guard, GuardKind
 from ..source import AttrSource
 from .base import VariableTracker
 from .dicts import ConstDictVariable
-from .functions import UserFunctionVariable, UserMethodVariable
+from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
 from .lists import TupleVariable
 
 
@@ -66,6 +66,8 @@ class NamedTupleVariable(TupleVariable):
                                       getattr(self.tuple_cls, name)))
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self)
+        if static is object.__reduce_ex__:  # how copy takes it apart (see object_protocol.py)
+            return PartialVariable(tx.wrap(static), [self], {})
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
             return UserFunctionVariable(static.fget).call_function(tx, [self], {})
         if isinstance(static, classmethod) and isinstance(static.__func__, types.FunctionType):

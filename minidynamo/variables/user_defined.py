@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torch.distributions.utils import lazy_property
 
-from ..exc import unimplemented
+from ..exc import AttributeMissing, attribute_missing, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
@@ -67,6 +67,9 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         return value
     if isinstance(static, types.FunctionType):
         return UserMethodVariable(static, obj_vt, guarded())
+    if any(static is method for method in OBJECT_METHODS):
+        guarded()
+        return PartialVariable(tx.wrap(static), [obj_vt], {})
     if isinstance(static, functools._lru_cache_wrapper) and isinstance(static.__wrapped__, types.FunctionType):
         wrapper_source = guarded()  # a cached method: its call runs the function it wraps
         return UserMethodVariable(static.__wrapped__, obj_vt, wrapper_source and AttrSource(wrapper_source, "__wrapped__"))
@@ -119,6 +122,31 @@ def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source
             and isinstance(getattr(instance, "__dict__", None), dict) and not hasattr(type(static), "__set__")):
         tx.output.add_guard(Guard(AttrSource(obj_vt.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
     return source
+
+
+# Methods of `object` that traced code may call on a user object (through super() or the class):
+# run on its tracker by the builtin that stands for each (see object_protocol.py).
+OBJECT_METHODS = (object.__getattribute__, object.__setattr__, object.__delattr__, object.__reduce_ex__,
+                  object.__init__)
+
+
+def has_python_getattribute(cls: type) -> bool:
+    return isinstance(inspect.getattr_static(cls, "__getattribute__"), types.FunctionType)
+
+
+def get_attribute(tx, obj: VariableTracker, cls: type, name: str) -> VariableTracker:
+    """`obj.name` for a user object: its class's Python __getattribute__ traced, or the generic
+    lookup; then a Python __getattr__ where that lookup finds nothing."""
+    try:
+        if has_python_getattribute(cls):
+            method = lookup_class_attribute(tx, obj, cls, "__getattribute__", None, implicit=True)
+            return method.call_function(tx, [ConstantVariable(name)], {})
+        return obj.generic_getattr(tx, name)
+    except AttributeMissing:
+        if not isinstance(inspect.getattr_static(cls, "__getattr__", None), types.FunctionType):
+            raise
+    fallback = lookup_class_attribute(tx, obj, cls, "__getattr__", None, implicit=True)
+    return fallback.call_function(tx, [ConstantVariable(name)], {})
 
 
 # Builtin mappings whose subclasses' instances are traced with their items (defaultdict's are not).
@@ -199,6 +227,8 @@ class UserDefinedClassVariable(VariableTracker):
             return NamedTupleVariable(values, self.cls)
         if mapping_type(self.cls) is not None:
             return construct_mapping(tx, self.cls, args, kwargs)
+        if self.cls in (list, tuple, set, frozenset):  # `type(obj)(items)` on a builtin container
+            return tx.wrap(self.cls).call_function(tx, args, kwargs)
         if self.cls is collections.deque:
             return DequeVariable.create(tx, args, kwargs)
         return NewObjectVariable.create(tx, self.cls, args, kwargs, self.source)
@@ -219,29 +249,39 @@ class UserDefinedObjectVariable(VariableTracker):
         return f"{type(self.obj).__qualname__} object"
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
+        cls = type(self.obj)
+        if has_python_getattribute(cls) and self.source is not None:
+            return get_attribute(tx, self, cls, name)
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name: str) -> VariableTracker:
+        """`object.__getattribute__(obj, name)`: the instance dict, then the class."""
         pending = tx.output.side_effects.pending_attr(self.obj, name)
         if pending is not None:
             return pending
         attr_source = self.source and AttrSource(self.source, name)
+        dict_source = attr_source
         cls = type(self.obj)
-        if isinstance(inspect.getattr_static(cls, "__getattribute__"), types.FunctionType):
-            # e.g. configuration objects that map attribute aliases: read through the real object,
-            # and the guard repeats the read
-            return tx.wrap(getattr(self.obj, name), attr_source)
+        if attr_source is not None and has_python_getattribute(cls):
+            # guards read where this lookup found the value, not through the class's own lookup again
+            dict_source = GetItemSource(AttrSource(self.source, "__dict__"), name)
+            attr_source = AttrSource(AttrSource(self.source, "__class__"), name)
         if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
             return tx.wrap(getattr(self.obj, name))
         instance_dict = getattr(self.obj, "__dict__", {})
         static = inspect.getattr_static(cls, name, None)
         is_data_descriptor = static is not None and hasattr(type(static), "__set__")
         if name in instance_dict and not is_data_descriptor:
-            return tx.wrap(instance_dict[name], attr_source)
+            return tx.wrap(instance_dict[name], dict_source)
         if isinstance(static, (types.MemberDescriptorType, types.GetSetDescriptorType)):  # __slots__ and C fields
-            return tx.wrap(getattr(self.obj, name), attr_source)
+            return tx.wrap(getattr(self.obj, name), self.source and AttrSource(self.source, name))
         if static is not None or hasattr(cls, name):
             return lookup_class_attribute(tx, self, cls, name, attr_source)
         if hasattr(cls, "__getattr__"):
             unimplemented(f"{cls.__qualname__}.__getattr__")
-        unimplemented(f"{cls.__qualname__} object has no attribute '{name}'")
+        if self.source is not None and isinstance(instance_dict, dict):
+            tx.output.add_guard(Guard(AttrSource(self.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
+        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
@@ -373,18 +413,30 @@ class NewObjectVariable(VariableTracker):
         return True
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        if name in self.attrs:
+        return get_attribute(tx, self, self.cls, name)
+
+    def generic_getattr(self, tx, name: str) -> VariableTracker:
+        """`object.__getattribute__(obj, name)`: data descriptors of the class, the instance dict,
+        then the class."""
+        static = inspect.getattr_static(self.cls, name, None)
+        if name in self.attrs and not (static is not None and hasattr(type(static), "__set__")):
             return self.attrs[name]
         if name == "__class__":
-            return UserDefinedClassVariable(self.cls)
-        if name == "__dict__":
+            return UserDefinedClassVariable(self.cls, self.cls_source)
+        if name == "__dict__" and self.cls.__dictoffset__:
             return self.instance_dict
-        if inspect.getattr_static(self.cls, name, None) is not None:
+        if isinstance(static, types.MemberDescriptorType) and name in self.attrs:  # a __slots__ slot
+            return self.attrs[name]
+        if static is not None and not isinstance(static, types.MemberDescriptorType):
             return lookup_class_attribute(tx, self, self.cls, name, None)
-        if isinstance(inspect.getattr_static(self.cls, "__getattr__", None), types.FunctionType):
-            fallback = lookup_class_attribute(tx, self, self.cls, "__getattr__", None, implicit=True)
-            return fallback.call_function(tx, [ConstantVariable(name)], {})
-        unimplemented(f"{self.cls.__qualname__} object has no attribute '{name}'")
+        attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
+
+    def generic_delattr(self, tx, name: str) -> None:
+        """`object.__delattr__(obj, name)` on an attribute the instance holds."""
+        if name not in self.attrs or _is_data_descriptor(self.cls, name) and not isinstance(
+                inspect.getattr_static(self.cls, name), types.MemberDescriptorType):
+            unimplemented(f"deleting '{name}' of a {self.cls.__qualname__} object that does not hold it")
+        del self.attrs[name]
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
