@@ -816,3 +816,27 @@ def test_deepcopy_of_arguments_that_become_the_same_list():
     shared = [0]
     assert_equal(compiled(x, shared, shared), x * 2)
     assert_equal(compiled(x, [0], [0]), x)
+
+
+def test_transformers_decoder_config_copy_follows_the_original():
+    """PreTrainedConfig.get_text_config(decoder=True) of a legacy encoder-decoder config deep-copies
+    it (a Python __getattribute__, a validating __setattr__, to_dict, delattr): one graph, the copy
+    renamed, the original untouched, and a change to the original seen by the next call."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BartConfig(encoder_layers=2, decoder_layers=3, d_model=16, encoder_attention_heads=2,
+                                     decoder_attention_heads=4, vocab_size=32)
+
+    def decoder_shape(x):
+        text = config.get_text_config(decoder=True)
+        return x * text.num_hidden_layers + text.num_attention_heads, text
+
+    cnt = CompileCounter()
+    compiled = optimize(cnt, nopython=True)(decoder_shape)
+    x = rand(4)
+    for layers in (3, 3, 5, 5):
+        config.decoder_layers = layers
+        out, text = compiled(x)
+        assert_equal(out, x * layers + 4)
+        assert text.num_hidden_layers == layers and text is not config and type(text) is type(config)
+        assert config.num_hidden_layers == 2 and config.decoder_layers == layers
+    assert cnt.frame_count == 2

@@ -18,6 +18,7 @@ from .torch import TorchVariable
 from .autograd_function import AutogradFunctionClassVariable
 from .higher_order import CheckpointVariable, FunctionTransformVariable
 from .stdlib import STDLIB_FUNCTIONS
+from .object_protocol import OBJECT_PROTOCOL
 from .builtin import BuiltinVariable
 from .builder import VariableBuilder, wrap_constant_result
 
@@ -42,6 +43,7 @@ __all__ = [
     "NestedUserFunctionVariable",
     "NumpyNdarrayVariable",
     "NullVariable",
+    "OBJECT_PROTOCOL",
     "PythonModuleVariable",
     "SetVariable",
     "SymNodeVariable",
