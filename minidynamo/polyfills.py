@@ -1,5 +1,4 @@
-"""Python versions of library functions, inlined by the translator in their place (the library's
-own catch an exception as their ordinary path, which traced code cannot do)."""
+"""Python stand-ins, inlined in their place, for library functions that catch an exception on their ordinary path."""
 import copy
 from typing import Any, Callable, Dict
 

@@ -1,4 +1,4 @@
-"""VariableTracker: the translator's symbolic value for one Python value on its stack or in its locals."""
+"""VariableTracker, the translator's symbolic value of one Python value; known objects; methods looked up to call."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional

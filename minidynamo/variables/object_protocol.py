@@ -1,5 +1,4 @@
-"""object's own protocol on user objects, traced: object.__new__, __getattribute__, __delattr__ and
-__reduce_ex__ (how copy and pickle take an object apart), and id() of values made while tracing."""
+"""object's own methods traced on user objects (__new__, __getattribute__, __delattr__, __reduce_ex__ for copy); fake ids."""
 from __future__ import annotations
 
 import copyreg
