@@ -19,7 +19,8 @@ from torch._C._dynamo.guards import TensorGuards
 from . import _C
 from .guards import CheckFunction, Guard, GuardKind, NotExpressible, code_for, detach_value, reason_for, render_source
 from .module_lookup import class_attribute, module_item_source
-from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, LocalSource,
+from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, KeyedBySourceItemSource,
+                     LocalSource,
                      ModuleGlobalsSource, Source)
 
 # per code object: check key -> (GuardCheck, GuardSets using it)
@@ -52,7 +53,7 @@ def _reads_instance_dict(cls: type) -> bool:
 def _spec_key(spec: Tuple[int, int, Any, int]) -> Any:
     """What makes two accessors the same: kind, parent and key (a constant by identity)."""
     kind, parent, key, _ = spec
-    if kind == _C.ACC_CONST:
+    if kind == _C.ACC_CONST or isinstance(key, torch.Tensor):  # a tensor's == is not a bool
         return (kind, id(key))
     try:
         hash(key)
@@ -121,6 +122,8 @@ class GuardSetBuilder:
             return (_C.ACC_ITEM, self.accessor(table), source.index, 0)
         if isinstance(source, GetItemSource):
             return (_C.ACC_ITEM, self.accessor(source.base), source.index, 0)
+        if isinstance(source, KeyedBySourceItemSource):  # the key object is guarded by identity
+            return (_C.ACC_ITEM, self.accessor(source.base), self.value_of(source.key), 0)
         raise NotExpressible(type(source).__name__)
 
     def _instance_spec(self, source: AttrSource) -> Optional[Tuple[int, int, Any, int]]:

@@ -235,6 +235,10 @@ class OutputGraph:
         self._inputs_by_id[id(tensor)] = variable
         return variable
 
+    def graph_input_of(self, tensor: torch.Tensor) -> Optional[TensorVariable]:
+        """The tracker of `tensor` if the graph already takes it as an input."""
+        return self._inputs_by_id.get(id(tensor))
+
     def source_value(self, source: Source) -> Any:
         """The value `source` names in the frame as it was entered."""
         return eval(source.name(), {**self.namespaces, "L": self.f_locals, "G": self.f_globals})

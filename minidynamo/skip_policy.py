@@ -59,7 +59,7 @@ def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None
 
 
 def _holds_tensors(value: Any, depth: int = 1) -> bool:
-    if isinstance(value, (torch.Tensor, torch.nn.Module, np.ndarray)):  # arrays are traced as tensors
+    if isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, np.ndarray)):  # arrays are traced as tensors
         return True
     if depth > 0 and type(value) in (list, tuple, dict):
         items = value.values() if type(value) is dict else value

@@ -129,6 +129,22 @@ class GetItemSource(ChainedSource):
 
 
 @dataclass(frozen=True)
+class KeyedBySourceItemSource(ChainedSource):
+    """`base[key]` where the key is an object another source names (a parameter keying an
+    optimizer's state); guards keep that object's identity."""
+
+    key: Source
+
+    def name(self) -> str:
+        return f"{self.base.name()}[{self.key.name()}]"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        self.base.reconstruct(codegen)
+        self.key.reconstruct(codegen)
+        codegen.append("BINARY_SUBSCR")
+
+
+@dataclass(frozen=True)
 class CellContentsSource(ChainedSource):
     """The contents of a closure cell: `base` names the cell object."""
 

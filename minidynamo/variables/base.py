@@ -73,6 +73,8 @@ class VariableTracker:
 
     # Objects made while tracing that have identity: generated code builds each one once.
     has_identity = False
+    # A mapping whose keys are tensors (by identity): indexing it is not a tensor operation.
+    keyed_by_tensors = False
 
     def subvalues(self) -> List["VariableTracker"]:
         """Trackers this one holds, which generated code may need to rebuild it."""

@@ -30,6 +30,7 @@ from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, 
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable
+from .optimizer import OptimizerVariable, is_optimizer
 from .torch import (FunctorchFunctionVariable, TorchVariable, is_allowed_in_graph, is_functorch_function,
                     unconverted_wrapper)
 from .user_defined import OBJECT_METHODS, UserDefinedClassVariable, UserDefinedObjectVariable
@@ -44,6 +45,10 @@ _TRACKED_CONTAINERS = (list, dict, set, collections.OrderedDict, collections.def
 
 # Pure-Python torch classes whose construction and methods are traced like the user's own classes.
 _TRACED_TORCH_CLASSES = ("torch.distributions.",)
+# torch modules whose Python functions are traced into like the user's own (they call torch's ops).
+_TRACED_TORCH_FUNCTIONS = ("torch.optim.", "torch.utils._pytree", "torch.utils._foreach_utils", "torch.nn.utils.clip_grad")
+
+_GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 # torch's context-manager objects (inference_mode(), ...) are values, not functions to put in a graph.
 _CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager,)
@@ -81,6 +86,8 @@ class VariableBuilder:
             if tracker is not None:
                 return tracker
         self.guard(GuardKind.TYPE_MATCH, type(value))
+        if is_optimizer(value):
+            return OptimizerVariable(value, self.source)
         return UserDefinedObjectVariable(value, self.source)
 
     def _wrap_data(self, value: Any) -> Optional[VariableTracker]:
@@ -146,8 +153,11 @@ class VariableBuilder:
         if is_functorch_function(value) and isinstance(value, types.FunctionType):
             VariableBuilder(tx, source and AttrSource(source, "__code__")).guard(GuardKind.ID_MATCH, value.__code__)
             return FunctorchFunctionVariable(value, source)
-        if type(value) in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
+        if type(value) in _GRAD_MODE_TYPES:
             return GradModeVariable.from_object(tx, value, source)
+        if isinstance(value, types.MethodType) and type(value.__self__) in _GRAD_MODE_TYPES and value.__name__ == "clone":
+            # what a function decorated with @torch.no_grad() enters on each call
+            return BoundMethodCall(VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__), "clone")
         if unconverted_wrapper(value) is not None:
             self.guard(GuardKind.ID_MATCH, value)
             if value is torch.utils.checkpoint.checkpoint:
@@ -246,6 +256,8 @@ def _traced_like_user_code(value: Any) -> bool:
     torch.distributions."""
     if isinstance(value, types.MethodType):
         return isinstance(value.__self__, torch.nn.Module)
+    if isinstance(value, types.FunctionType):
+        return value.__module__.startswith(_TRACED_TORCH_FUNCTIONS)
     return isinstance(value, type) and value.__module__.startswith(_TRACED_TORCH_CLASSES)
 
 

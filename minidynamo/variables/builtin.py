@@ -129,7 +129,8 @@ class BuiltinVariable(VariableTracker):
             result = self._user_equality(tx, *args)
             if result is not None:
                 return result
-        if self.fn in _GRAPHABLE and any(isinstance(a, TensorVariable) for a in args) and not kwargs:
+        if self.fn in _GRAPHABLE and any(isinstance(a, TensorVariable) for a in args) and not kwargs \
+                and not (args and args[0].keyed_by_tensors):
             return tx.output.call_graph_op(tx, "call_function", self.fn, args, {})
         if self.fn in _SEQUENCE_OPS and len(args) == 2:
             result = self._sequence_op(tx, *args)

@@ -14,7 +14,7 @@ from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, CellContentsSource, ContainsSource, DefaultsSource, GetItemSource
 from .base import VariableTracker
-from .constant import ConstantVariable
+from .constant import ConstantVariable, is_none
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
 from .misc import CellVariable
@@ -171,6 +171,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         if name in ("__code__", "__name__", "__qualname__", "__module__", "__doc__", "__defaults__", "__kwdefaults__",
                     "__wrapped__", "__dict__", "__globals__") or name in getattr(self.fn, "__dict__", {}):
             return self._wrap_real(tx, getattr(self.fn, name), self.source and AttrSource(self.source, name))
+        if name == "__get__" and not self.by_structure:
+            return FunctionGetVariable(self)
         return super().var_getattr(tx, name)
 
     def _wrap_real(self, tx, value: Any, source) -> VariableTracker:
@@ -256,6 +258,22 @@ class CachedFunctionVariable(VariableTracker):
         if name in ("__wrapped__", "__name__", "__qualname__", "__module__", "__doc__"):
             return tx.wrap(getattr(self.wrapper, name), self.source and AttrSource(self.source, name))
         return super().var_getattr(tx, name)
+
+
+class FunctionGetVariable(VariableTracker):
+    """`fn.__get__`: called with an object, it binds `fn` to it as a method."""
+
+    def __init__(self, fn: UserFunctionVariable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def describe(self) -> str:
+        return f"{self.fn.describe()}.__get__"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        if kwargs or len(args) not in (1, 2) or is_none(args[0]):
+            unimplemented(f"{self.describe()} called with unusual arguments")
+        return UserMethodVariable(self.fn.fn, args[0], self.fn.source)
 
 
 class UserMethodVariable(UserFunctionVariable):

@@ -185,6 +185,10 @@ class GradModeVariable(VariableTracker):
             return self.enter(tx)
         if name == "__exit__":
             return self.exit(tx)
+        if name == "clone" and not args and not kwargs:  # a new object of the same kind, not entered
+            if self.cls is torch.set_grad_enabled:  # whose constructor switches the mode
+                return GradModeVariable.made_by_set_grad_enabled(tx, self.mode)
+            return GradModeVariable(self.mode, None, self.cls)
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> None:
@@ -196,6 +200,18 @@ class GradModeVariable(VariableTracker):
         codegen.load_const(self.mode)
         codegen.load_const(self.previous)
         codegen.call(3)
+
+
+class NullContextVariable(VariableTracker):
+    """A context manager whose entering and leaving change nothing the trace sees (profiler ranges)."""
+
+    def describe(self) -> str:
+        return "context manager without effect"
+
+    def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
+        if name in ("__enter__", "__exit__"):
+            return ConstantVariable(None)
+        return super().call_method(tx, name, args, kwargs)
 
 
 class WithExitVariable(VariableTracker):

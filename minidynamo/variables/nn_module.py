@@ -346,7 +346,7 @@ class NNModuleVariable(VariableTracker):
         if name in _TREE_METHODS and _is_torch_method(module, name, (torch.nn.Module,)):
             arguments = _tree_arguments(name, args, kwargs)
             self._guard_absent(tx, "__dict__", name)
-            return ListIteratorVariable(_TREE_METHODS[name](self, tx, arguments))
+            return ListIteratorVariable(_TREE_METHODS[name](self, tx, arguments), iter_type=types.GeneratorType)
         return super().call_method(tx, name, args, kwargs)
 
     def _dict_view(self, tx, name: str) -> VariableTracker:

@@ -85,6 +85,9 @@ class TensorVariable(VariableTracker):
             if name == "grad_fn":
                 unimplemented("reading .grad_fn of a tensor")
             return tx.output.call_graph_op(tx, "call_function", getattr, [self, ConstantVariable(name)], {})
+        if name == "grad" and self.source is not None and real_input(tx, self) is not None:
+            # an input's gradient: backward and zero_grad break the graph, so it is the one read here
+            return tx.wrap(real_input(tx, self).grad, AttrSource(self.source, "grad"))
         if name in ("grad", "data"):
             unimplemented(f"reading .{name} of a tensor")
         if inspect.getattr_static(torch.Tensor, name, None) is None:
@@ -167,10 +170,33 @@ class TensorVariable(VariableTracker):
             return ConstantVariable(self.example.type())
         if name in ("register_hook", "retain_grad"):
             unimplemented(f"tensor.{name}()")
+        scaled = _scaled_by_tensor(tx, self, name, args, kwargs)
+        if scaled is not None:
+            return scaled
         result = tx.output.call_graph_op(tx, "call_method", name, [self, *args], kwargs)
         if isinstance(result, ConstantVariable) and result.value is not None and name not in _METADATA_METHODS:
             unimplemented(f"tensor.{name}() answers from state the tensor guards do not check")
         return result
+
+
+# In-place methods taking a Python number that eager reads out of a one-element tensor with .item():
+# name -> (the number's keyword, the op combining the two tensor arguments, or None for `other` alone).
+_SCALED_IN_PLACE = {"addcdiv_": ("value", torch.div), "addcmul_": ("value", torch.mul), "add_": ("alpha", None),
+                    "sub_": ("alpha", None)}
+
+
+def _scaled_by_tensor(tx, tensor: TensorVariable, name: str, args: List[VariableTracker],
+                      kwargs: Dict[str, VariableTracker]) -> Optional[VariableTracker]:
+    """`p.addcdiv_(a, b, value=t)` with a tensor `t` (an optimizer's step size, a tensor while
+    compiling) as `p.add_(t * (a / b))`: the same update with no data-dependent read of `t`."""
+    keyword, combine = _SCALED_IN_PLACE.get(name, (None, None))
+    scale = kwargs.get(keyword) if keyword else None
+    if not isinstance(scale, TensorVariable) or len(kwargs) != 1 or len(args) != (2 if combine else 1):
+        return None
+    term = tx.output.call_graph_op(tx, "call_function", combine, args, {}) if combine else args[0]
+    term = tx.output.call_graph_op(tx, "call_function", torch.mul, [term, scale], {})
+    op = "sub_" if name == "sub_" else "add_"
+    return tx.output.call_graph_op(tx, "call_method", op, [tensor, term], {})
 
 
 def _dims_asked(example: torch.Tensor, args: list, kwargs: dict) -> List[int]:

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List
 
 import torch
 import torch._dynamo.trace_rules
+from torch.optim.optimizer import _use_grad_for_differentiable
 import torch.fx
 
 from ..exc import unimplemented
@@ -17,8 +18,9 @@ from ..guards import Guard, GuardKind
 from ..source import CallSource, GetItemSource, ModuleGlobalsSource
 from .base import KnownObjectVariable, VariableTracker
 from .constant import ConstantVariable, is_constant_value
+from .foreach import MULTI_TENSOR_HANDLERS
 from .lists import BaseListVariable
-from .misc import GradModeVariable
+from .misc import GradModeVariable, NullContextVariable
 from .nn_module import construct_module
 from .numpy import NumpyNdarrayVariable, ndarray_as_tensor
 from .sym import SymNodeVariable
@@ -62,7 +64,7 @@ SETTINGS = {path: fn for path in (
     "torch.is_anomaly_enabled", "torch.is_anomaly_check_nan_enabled",
     "torch.get_float32_matmul_precision", "torch.get_deterministic_debug_mode", "torch.is_warn_always_enabled",
     "torch.initial_seed", "torch.get_default_device",
-    "torch._C._get_cudnn_enabled", "torch._C._get_mkldnn_enabled",
+    "torch._C._get_cudnn_enabled", "torch._C._get_mkldnn_enabled", "torch._C._get_privateuse1_backend_name",
 ) for fn in _existing(path)}
 SETTINGS["sys.getrecursionlimit"] = sys.getrecursionlimit
 _SETTING_PATHS = {id(fn): path for path, fn in SETTINGS.items()}
@@ -89,6 +91,11 @@ _NOT_IN_GRAPH = {
     torch.save: "torch.save",
     torch.load: "torch.load",
 }
+
+# The breaks torch.optim puts around an optimizer's update (so that aot_autograd sees a no-grad graph).
+_USE_GRAD_CODE = next(c for c in _use_grad_for_differentiable.__code__.co_consts
+                      if isinstance(c, types.CodeType) and c.co_name == "_use_grad")
+_PROFILER_RANGES = _existing("torch.autograd.profiler.record_function")
 
 # Functions that call back into user code under their own autograd rules (activation checkpointing
 # reruns the function in backward, eagerly): the whole call runs in Python with no frame inside converted.
@@ -190,8 +197,12 @@ class TorchVariable(KnownObjectVariable):
             converted = ndarray_as_tensor(tx, fn, args[0])
             if converted is not None:
                 return converted
+        if fn is torch._dynamo.graph_break and tx.code is _USE_GRAD_CODE:
+            return ConstantVariable(None)  # the optimizer's own break, for aot's sake: one graph holds the update
         if fn in _NOT_IN_GRAPH:
             unimplemented(_NOT_IN_GRAPH[fn])
+        if fn in _PROFILER_RANGES:  # profiler annotations do not change what runs
+            return NullContextVariable()
         if changes_global_state(fn):
             unimplemented(f"torch.{fn.__name__}() changes global state")
         if fn is torch.Size or fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo):
@@ -208,6 +219,10 @@ class TorchVariable(KnownObjectVariable):
             unimplemented(f"torch.func.{fn.__name__}: function transforms run in Python, they are not traced")
         if not _named_in_graph_code(fn):
             unimplemented(f"{self.describe()} is not the torch function of that name (made at run time)")
+        if fn in MULTI_TENSOR_HANDLERS:
+            handled = MULTI_TENSOR_HANDLERS[fn](tx, args, kwargs)
+            if handled is not None:
+                return handled
         result = tx.output.call_graph_op(tx, "call_function", fn, args, kwargs)
         if isinstance(result, ConstantVariable) and result.value is not None and not any(
                 map(_holds_tensor, [*args, *kwargs.values()])):
