@@ -11,8 +11,10 @@ from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, Use
 from .named_tuple import NamedTupleVariable
 from .sym import SymNodeVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+from .optimizer import OptimizerVariable
 from .nn_module import NNModuleVariable, is_new_each_call
 from .tensor import TensorVariable
+from .foreach import MULTI_TENSOR_HANDLERS
 from .numpy import NumpyNdarrayVariable
 from .torch import TorchVariable
 from .autograd_function import AutogradFunctionClassVariable
@@ -41,7 +43,9 @@ __all__ = [
     "NNModuleVariable",
     "NamedTupleVariable",
     "NestedUserFunctionVariable",
+    "MULTI_TENSOR_HANDLERS",
     "NumpyNdarrayVariable",
+    "OptimizerVariable",
     "NullVariable",
     "OBJECT_PROTOCOL",
     "PythonModuleVariable",
