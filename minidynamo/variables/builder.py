@@ -44,7 +44,7 @@ _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, rang
 _TRACKED_CONTAINERS = (list, dict, set, collections.OrderedDict, collections.defaultdict)
 
 # Pure-Python torch classes whose construction and methods are traced like the user's own classes.
-_TRACED_TORCH_CLASSES = ("torch.distributions.",)
+_TRACED_TORCH_CLASSES = ("torch.distributions.", "torch.utils._pytree")
 # torch modules whose Python functions are traced into like the user's own (they call torch's ops).
 _TRACED_TORCH_FUNCTIONS = ("torch.optim.", "torch.utils._pytree", "torch.utils._foreach_utils", "torch.nn.utils.clip_grad")
 

@@ -129,6 +129,10 @@ class BuiltinVariable(VariableTracker):
             result = self._user_equality(tx, *args)
             if result is not None:
                 return result
+        if self.fn in _BINARY_DUNDERS and len(args) == 2 and not kwargs:
+            result = _user_binary_op(tx, self.fn, *args)
+            if result is not None:
+                return result
         if self.fn in _GRAPHABLE and any(isinstance(a, TensorVariable) for a in args) and not kwargs \
                 and not (args and args[0].keyed_by_tensors):
             return tx.output.call_graph_op(tx, "call_function", self.fn, args, {})
@@ -556,6 +560,36 @@ def _is_immutable(value: VariableTracker) -> bool:
 
 def _has_sym_items(value: VariableTracker) -> bool:
     return isinstance(value, BaseListVariable) and any(isinstance(item, SymNodeVariable) for item in value.items)
+
+
+_BINARY_NAMES = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
+                 "rshift")
+# operator function -> (its in-place method or None, its method, its reflected method)
+_BINARY_DUNDERS = {
+    **{getattr(operator, n + "_" if n in ("and", "or") else n): (None, f"__{n}__", f"__r{n}__") for n in _BINARY_NAMES},
+    **{getattr(operator, f"i{n}"): (f"__i{n}__", f"__{n}__", f"__r{n}__") for n in _BINARY_NAMES},
+}
+
+
+def _user_binary_op(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> Optional[VariableTracker]:
+    """`a op b` through the methods user classes write in Python (`a.__iadd__` when in place, then
+    `a.__add__`, then `b.__radd__`, the reflected one first when `b`'s class is a subclass of `a`'s
+    overriding it), or None when neither operand has one."""
+    in_place, method, reflected = _BINARY_DUNDERS[fn]
+    binary = [(a, method, b), (b, reflected, a)]
+    b_reflected = _python_eq(b, reflected)
+    if b_reflected is not None and b_reflected is not _python_eq(a, reflected) and \
+            b.python_type() is not a.python_type() and issubclass(b.python_type(), a.python_type()):
+        binary.reverse()
+    attempts = ([(a, in_place, b)] if in_place else []) + binary
+    if all(_python_eq(obj, name) is None for obj, name, _ in attempts):
+        return None
+    for obj, name, other in attempts:
+        if _python_eq(obj, name) is not None:
+            result = obj.call_method(tx, name, [other], {})
+            if not (result.is_python_constant() and result.as_python_constant() is NotImplemented):
+                return result
+    unimplemented(f"{method} and {reflected} return NotImplemented here")
 
 
 def _python_eq(value: VariableTracker, name: str = "__eq__"):

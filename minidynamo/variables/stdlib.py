@@ -3,6 +3,7 @@ Python generator over trackers, advanced one item at a time as the traced code p
 `count()` and `cycle()` work under `zip` and `islice`)."""
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import operator
@@ -438,6 +439,14 @@ class CmpToKeyVariable(VariableTracker):
             lambda i, j: self.compare.call_function(tx, [items[i], items[j]], {}).as_python_constant())
 
 
+def _count_elements(tx, mapping: VariableTracker, iterable: VariableTracker) -> VariableTracker:
+    """collections.Counter's C helper: `mapping[item] = mapping.get(item, 0) + 1` for each item."""
+    for item in _items(tx, iterable):
+        count = mapping.call_method(tx, "get", [item, ConstantVariable(0)], {})
+        mapping.call_method(tx, "__setitem__", [item, tx.call_operator(operator.add, count, ConstantVariable(1))], {})
+    return ConstantVariable(None)
+
+
 # function -> handler(tx, *args, **kwargs) returning the result's tracker
 STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
     itertools.chain: _chain,
@@ -466,4 +475,5 @@ STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
     operator.itemgetter: _getter(operator.itemgetter),
     operator.attrgetter: _getter(operator.attrgetter),
     operator.methodcaller: _getter(operator.methodcaller),
+    collections._count_elements: _count_elements,
 }

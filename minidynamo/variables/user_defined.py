@@ -21,6 +21,7 @@ from .constant import ConstantVariable
 from .deques import DequeVariable
 from .dicts import ConstDictVariable, DictClassMethod, DictMethodVariable, construct_mapping, mapping_type
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
+from .lists import ListVariable, TupleVariable
 from .named_tuple import NamedTupleVariable
 
 
@@ -182,6 +183,23 @@ def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]
     unimplemented(f"iterating over {cls.__qualname__} objects")
 
 
+def _real_value(value: VariableTracker) -> Any:
+    """The real value a constant, an existing object, or a list or tuple of them stands for."""
+    if value.is_python_constant():
+        return value.as_python_constant()
+    if type(value) in (ListVariable, TupleVariable):
+        return value.python_type()(_real_value(v) for v in value.items)
+    real = value.real_object()
+    if real is None:
+        unimplemented(f"{value.describe()} where an existing value is needed")
+    return real
+
+
+def _is_key_value(value: VariableTracker) -> bool:
+    """A constant, or an enum member or class: values whose identity the guards keep."""
+    return value.is_python_constant() or isinstance(value.real_object(), type)
+
+
 class UserDefinedClassVariable(VariableTracker):
     def __init__(self, cls: type, source=None) -> None:
         super().__init__(source)
@@ -212,6 +230,12 @@ class UserDefinedClassVariable(VariableTracker):
         if mapping_type(self.cls) is not None and not isinstance(static, types.FunctionType) and callable(static):
             return DictClassMethod(self.cls, name)
         return tx.wrap(getattr(self.cls, name), self.source and AttrSource(self.source, name))
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name == "__getitem__" and len(args) == 1 and not kwargs and hasattr(self.cls, "__class_getitem__"):
+            # a generic alias (`list[int]`, `Callable[[T], Any]` in annotations): made from the real values
+            return tx.wrap(self.cls[_real_value(args[0])])
+        return super().call_method(tx, name, args, kwargs)
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         if issubclass(self.cls, tuple) and hasattr(self.cls, "_fields") and hasattr(self.cls, "_make"):
@@ -247,6 +271,11 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def describe(self) -> str:
         return f"{type(self.obj).__qualname__} object"
+
+    def as_python_constant(self) -> Any:
+        if isinstance(self.obj, enum.Enum):  # a member is guarded by identity: a constant (a dict key, ...)
+            return self.obj
+        return super().as_python_constant()
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         cls = type(self.obj)
@@ -586,9 +615,9 @@ class BuiltinMethodVariable(VariableTracker):
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         real = self.obj.real_object()
-        if real is None or self.obj.source is None or kwargs or not all(a.is_python_constant() for a in args):
+        if real is None or self.obj.source is None or kwargs or not all(map(_is_key_value, args)):
             unimplemented(f"calling {self.describe()}")
-        values = tuple(a.as_python_constant() for a in args)
+        values = tuple(_real_value(a) for a in args)
         result = getattr(self.owner, self.name)(real, *values)
         if self.name in ("keys", "values", "items"):
             result = list(result)
