@@ -53,8 +53,10 @@ def _reads_instance_dict(cls: type) -> bool:
 def _spec_key(spec: Tuple[int, int, Any, int]) -> Any:
     """What makes two accessors the same: kind, parent and key (a constant by identity)."""
     kind, parent, key, _ = spec
-    if kind == _C.ACC_CONST or isinstance(key, torch.Tensor):  # a tensor's == is not a bool
+    if kind == _C.ACC_CONST:
         return (kind, id(key))
+    if isinstance(key, torch.Tensor):  # a tensor's == is not a bool
+        return (kind, parent, id(key))
     try:
         hash(key)
     except TypeError:

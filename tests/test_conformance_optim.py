@@ -219,3 +219,30 @@ def test_addcdiv_with_a_tensor_value():
     args = (rand(4), rand(4), rand(4).abs() + 1, torch.tensor(0.3))
     assert_equal(optimize(cnt, nopython=True)(f)(*args), f(*args))
     assert cnt.frame_count == 1
+
+
+def test_two_optimizers_over_the_same_parameters():
+    """Each optimizer's state for one parameter is its own: guards reach both through that parameter."""
+    def setup():
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), torch.optim.Adam(model.parameters())
+
+    def make_step(model, sgd, adam):
+        def step(x):
+            loss = model(x).sum()
+            loss.backward()
+            sgd.step()
+            adam.step()
+            sgd.zero_grad()
+            return loss
+        return step
+
+    eager, compiled = setup(), setup()
+    cnt = CompileCounter()
+    eager_step, compiled_step = make_step(*eager), optimize(cnt)(make_step(*compiled))
+    for x in [rand(2, 4) for _ in range(6)]:
+        assert_equal(compiled_step(x), eager_step(x), "loss")
+    for opt_index in (1, 2):
+        _assert_same_state((compiled[0], compiled[opt_index], None), (eager[0], eager[opt_index], None))
+    assert cnt.frame_count <= 4  # torch's count
