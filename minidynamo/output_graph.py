@@ -249,9 +249,11 @@ class OutputGraph:
         return self.graph.create_node(op, target, args, kwargs)
 
     def call_graph_op(
-        self, tx, op: str, target: Any, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]
+        self, tx, op: str, target: Any, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
+        fake_target: Optional[Callable[..., Any]] = None,
     ) -> VariableTracker:
-        """Record `target(*args, **kwargs)` (op "call_function") or `args[0].target(...)` ("call_method")."""
+        """Record `target(*args, **kwargs)` (op "call_function") or `args[0].target(...)` ("call_method");
+        `fake_target`, where given, computes the same on fake tensors where `target` cannot."""
         node_args, node_kwargs = _as_node_arg(tuple(args)), _as_node_arg(kwargs)
         _check_representable((node_args, node_kwargs))
         fake_args, fake_kwargs = _as_example(tuple(args)), _as_example(kwargs)
@@ -261,7 +263,7 @@ class OutputGraph:
                 if op == "call_method":
                     example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
-                    example = target(*fake_args, **fake_kwargs)
+                    example = (fake_target or target)(*fake_args, **fake_kwargs)
         except Exception as e:  # what eager would raise is raised again when the frame runs eagerly
             unimplemented(f"{name}() cannot be traced: {type(e).__name__}: {e}")
         self.draws_random |= name in _RANDOM_OPS

@@ -461,3 +461,214 @@ TRANSFORMS = {f.__name__: (f, args) for f, args in [
 def test_function_transform_one_graph(name):
     fn, args = TRANSFORMS[name]
     assert_same(fn, args, graphs=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch._foreach_* ops: tensor scalars, scalar lists, alpha, in-place variants on list elements
+# ---------------------------------------------------------------------------------------------
+def fe_mul_tensor_scalar(xs, s):
+    return torch._foreach_mul(xs, s)
+
+
+def fe_mul_list(xs, ys):
+    return torch._foreach_mul(xs, ys)
+
+
+def fe_mul_scalar_list(xs):
+    return torch._foreach_mul(xs, [2.0, 3.0, 0.5])
+
+
+def fe_add_list_alpha(xs, ys):
+    return torch._foreach_add(xs, ys, alpha=2)
+
+
+def fe_add_scalar(xs):
+    return torch._foreach_add(xs, 1.5)
+
+
+def fe_add_tensor_scalar(xs, s):
+    return torch._foreach_add(xs, s.sum())
+
+
+def fe_sub_list_alpha(xs, ys):
+    return torch._foreach_sub(xs, ys, alpha=0.5)
+
+
+def fe_div_scalar_list(xs):
+    return torch._foreach_div(xs, [1.0, 2.0, 4.0])
+
+
+def fe_lerp_scalar(xs, ys):
+    return torch._foreach_lerp(xs, ys, 0.25)
+
+
+def fe_lerp_list_weights(xs, ys, ws):
+    return torch._foreach_lerp(xs, ys, ws)
+
+
+def fe_lerp_inplace(xs, ys):
+    torch._foreach_lerp_(xs, ys, 0.3)
+    return xs[0] + 1
+
+
+def fe_mul_inplace_tensor(xs, s):
+    torch._foreach_mul_(xs, s)
+    return sum(x.sum() for x in xs)
+
+
+def fe_add_inplace_list_alpha(xs, ys):
+    torch._foreach_add_(xs, ys, alpha=-1)
+
+
+def fe_addcmul_inplace(xs, ys, zs):
+    torch._foreach_addcmul_(xs, ys, zs, value=0.5)
+    return xs
+
+
+def fe_addcdiv_scalar_list(xs, ys, zs):
+    return torch._foreach_addcdiv(xs, ys, [z.abs() + 1 for z in zs], [0.1, 0.2, 0.3])
+
+
+def fe_sqrt_abs(xs):
+    return torch._foreach_sqrt(torch._foreach_abs(xs))
+
+
+def fe_norm(xs):
+    return torch.stack(torch._foreach_norm(xs)).sum()
+
+
+def fe_maximum(xs, ys):
+    return torch._foreach_maximum(xs, ys)
+
+
+def fe_clamp_min_inplace(xs):
+    torch._foreach_clamp_min_(xs, 0.0)
+    return xs[1] * 2
+
+
+def fe_neg_exp(xs):
+    return torch._foreach_exp(torch._foreach_neg(xs))
+
+
+def fe_pow_scalar_list(xs):
+    return torch._foreach_pow(torch._foreach_abs(xs), [2.0, 0.5, 3.0])
+
+
+def fe_zero_inplace(xs):
+    torch._foreach_zero_(xs)
+
+
+def fe_copy_inplace(xs, ys):
+    torch._foreach_copy_(xs, ys)
+    return xs[2].sum()
+
+
+def fe_adam_like(ps, gs, ms):
+    torch._foreach_mul_(ms, 0.9)
+    torch._foreach_add_(ms, gs, alpha=0.1)
+    torch._foreach_add_(ps, ms, alpha=-0.01)
+    return ps[0].sum()
+
+
+def fe_add_inplace_computed_scalar(xs, s):
+    torch._foreach_add_(xs, s.mean())
+    return xs[0] * 2
+
+
+def fe_mul_inplace_computed_scalar(xs, s):
+    torch._foreach_mul_(xs, s.abs().max())
+
+
+def fe_div_computed_scalar(xs, s):
+    return torch._foreach_div(xs, s.sum() + 3)
+
+
+def fe_add_computed_scalar_alpha(xs, s):
+    return torch._foreach_add(xs, s.sum(), alpha=2)
+
+
+def fe_maximum_computed_scalar(xs, s):
+    return torch._foreach_maximum(xs, s.mean())
+
+
+def xs3():
+    return [r(3), r(2, 2), r(4)]
+
+
+FOREACH = {f.__name__: (f, args) for f, args in [
+    (fe_mul_tensor_scalar, (xs3(), r(()))), (fe_mul_list, (xs3(), xs3())), (fe_mul_scalar_list, (xs3(),)),
+    (fe_add_list_alpha, (xs3(), xs3())), (fe_add_scalar, (xs3(),)), (fe_add_tensor_scalar, (xs3(), r(2))),
+    (fe_sub_list_alpha, (xs3(), xs3())), (fe_div_scalar_list, (xs3(),)), (fe_lerp_scalar, (xs3(), xs3())),
+    (fe_lerp_list_weights, (xs3(), xs3(), xs3())), (fe_lerp_inplace, (xs3(), xs3())),
+    (fe_mul_inplace_tensor, (xs3(), r(()))), (fe_add_inplace_list_alpha, (xs3(), xs3())),
+    (fe_addcmul_inplace, (xs3(), xs3(), xs3())), (fe_addcdiv_scalar_list, (xs3(), xs3(), xs3())),
+    (fe_sqrt_abs, (xs3(),)), (fe_norm, (xs3(),)), (fe_maximum, (xs3(), xs3())), (fe_clamp_min_inplace, (xs3(),)),
+    (fe_neg_exp, (xs3(),)), (fe_pow_scalar_list, (xs3(),)), (fe_zero_inplace, (xs3(),)),
+    (fe_copy_inplace, (xs3(), xs3())), (fe_adam_like, (xs3(), xs3(), xs3())),
+    (fe_add_inplace_computed_scalar, (xs3(), r(4))), (fe_mul_inplace_computed_scalar, (xs3(), r(4))),
+    (fe_div_computed_scalar, (xs3(), r(4))), (fe_add_computed_scalar_alpha, (xs3(), r(4))),
+    (fe_maximum_computed_scalar, (xs3(), r(4))),
+]}
+
+
+@pytest.mark.parametrize("name", sorted(FOREACH))
+def test_foreach_one_graph(name):
+    fn, args = FOREACH[name]
+    assert_same(fn, args, graphs=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# nested tensors: run eagerly (an unconverted frame, or a graph break where one is made), cleanly
+# ---------------------------------------------------------------------------------------------
+def strided_nt():
+    return torch.nested.nested_tensor([r(2, 3), r(4, 3)])
+
+
+def jagged_nt():
+    return torch.nested.nested_tensor([r(2, 3), r(4, 3)], layout=torch.jagged)
+
+
+def nt_arg_padded(nt):
+    return torch.nested.to_padded_tensor(nt * 2, 0.0)
+
+
+def nt_arg_unbind(nt):
+    return (nt.sin() + 1).unbind()
+
+
+def nt_arg_with_dense(nt, x):
+    return x.cos(), torch.nested.to_padded_tensor(nt, -1.0) + x.sum()
+
+
+def nt_made_jagged(x, y):
+    nt = torch.nested.nested_tensor([x, y.relu()], layout=torch.jagged)
+    return (nt * 2).unbind()
+
+
+def nt_made_strided(x, y):
+    nt = torch.nested.as_nested_tensor([x.cos(), y])
+    return torch.nested.to_padded_tensor(nt + 1, 0.0)
+
+
+NESTED = {f.__name__ + "_" + kind: (f, make) for f, kind, make in [
+    (nt_arg_padded, "strided", lambda: (strided_nt(),)), (nt_arg_padded, "jagged", lambda: (jagged_nt(),)),
+    (nt_arg_unbind, "strided", lambda: (strided_nt(),)), (nt_arg_unbind, "jagged", lambda: (jagged_nt(),)),
+    (nt_arg_with_dense, "jagged", lambda: (jagged_nt(), r(3))),
+    (nt_made_jagged, "dense", lambda: (r(2, 3), r(4, 3))), (nt_made_strided, "dense", lambda: (r(2, 3), r(4, 3))),
+]}
+
+
+@pytest.mark.parametrize("name", sorted(NESTED))
+def test_nested_tensors_stay_correct_and_settle(name):
+    fn, make = NESTED[name]
+    assert_same(fn, make(), graphs=None, nopython=False, compare_inputs=False)
+
+
+@minidynamo_only
+@pytest.mark.parametrize("name", sorted(NESTED))
+def test_nested_tensors_fall_back_with_a_reason(name):
+    fn, make = NESTED[name]
+    report = explain(fn, *make())
+    reasons = [str(b) for b in report.break_reasons]
+    assert reasons and all("nested tensor" in reason for reason in reasons), reasons
+    assert not any("internal error" in reason for reason in reasons), reasons

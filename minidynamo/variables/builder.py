@@ -12,7 +12,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..exc import unimplemented
+from ..exc import unimplemented, unimplemented_frame
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..polyfills import SUBSTITUTES
@@ -96,6 +96,8 @@ class VariableBuilder:
         if isinstance(value, torch.Tensor):
             if source is None:
                 unimplemented("a tensor reached from a value without a source")
+            if value.is_nested:
+                unimplemented_frame(f"{source.name()} is a nested tensor (torch.nested): nested tensors run eagerly")
             return tx.output.add_graph_input(tx, source, value)
         if is_constant_value(value):
             self.guard(GuardKind.EQUALS_MATCH, value)

@@ -5,7 +5,7 @@ import os
 import re
 import sys
 import types
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch._dynamo.trace_rules
@@ -165,6 +165,26 @@ class FunctorchFunctionVariable(VariableTracker):
         unimplemented(f"calling a {self.describe()}: function transforms run in Python")
 
 
+def _fake_foreach(fn: Any, args: List[VariableTracker]) -> Optional[Callable[..., Any]]:
+    """For a `torch._foreach_<op>` given a tensor as its scalar (which its fake kernel would read as a
+    number: data-dependent), the same op applied tensor by tensor, for the results' metadata."""
+    name = getattr(fn, "__name__", "")
+    if not name.startswith("_foreach_") or not any(isinstance(a, TensorVariable) for a in args[1:]):
+        return None
+    op_name = name[len("_foreach_"):]
+    in_place = op_name.endswith("_")
+    op = getattr(torch.Tensor if in_place else torch, op_name, None)
+    if op is None:
+        return None
+
+    def per_tensor(tensors: List[torch.Tensor], *rest: Any, **kwargs: Any) -> Optional[Tuple[torch.Tensor, ...]]:
+        results = [op(t, *[r[i] if isinstance(r, (list, tuple)) else r for r in rest], **kwargs)
+                   for i, t in enumerate(tensors)]
+        return None if in_place else tuple(results)
+
+    return per_tensor
+
+
 def is_allowed_in_graph(value: Any) -> bool:
     """Whether `torch.compiler.allow_in_graph(value)` asked for calls of `value` to be one opaque node
     of the graph instead of being traced into (the registry the decorator writes, read as it is)."""
@@ -215,6 +235,8 @@ class TorchVariable(KnownObjectVariable):
             return construct_module(tx, fn, args, kwargs)
         if isinstance(fn, type):
             unimplemented(f"constructing {fn.__qualname__} inside a compiled region")
+        if (getattr(fn, "__module__", None) or "").startswith("torch.nested"):
+            unimplemented(f"torch.nested.{fn.__name__}() makes a nested tensor: nested tensors run eagerly")
         if is_functorch_function(fn):
             unimplemented(f"torch.func.{fn.__name__}: function transforms run in Python, they are not traced")
         if not _named_in_graph_code(fn):
@@ -223,7 +245,7 @@ class TorchVariable(KnownObjectVariable):
             handled = MULTI_TENSOR_HANDLERS[fn](tx, args, kwargs)
             if handled is not None:
                 return handled
-        result = tx.output.call_graph_op(tx, "call_function", fn, args, kwargs)
+        result = tx.output.call_graph_op(tx, "call_function", fn, args, kwargs, _fake_foreach(fn, args))
         if isinstance(result, ConstantVariable) and result.value is not None and not any(
                 map(_holds_tensor, [*args, *kwargs.values()])):
             # answered from Python values alone: a setting of the process nothing guards
