@@ -94,6 +94,9 @@ class OutputGraph:
         self._inputs_by_id: Dict[int, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
         self.side_effects = SideEffects()
+        # module tensors standing for others while a module runs under torch.func.functional_call:
+        # id of the module's own tensor -> the tracker of the tensor given for it
+        self.substitutions: Dict[int, TensorVariable] = {}
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
         # id() of values with no real object: tracker identity -> (tracker, the id given)
@@ -127,6 +130,8 @@ class OutputGraph:
         return self.fake_mode(tx).from_tensor(tensor, static_shapes=True)
 
     def add_graph_input(self, tx, source: Source, value: torch.Tensor) -> TensorVariable:
+        if id(value) in self.substitutions:
+            unimplemented(f"{source.name()}, a module tensor functional_call replaces, read other than as the module's attribute")
         known = self._inputs_by_source.get(source.name())
         if known is not None:
             return known
@@ -212,6 +217,10 @@ class OutputGraph:
         otherwise) and by its properties (`.data =` and `requires_grad_` change them in place).
         Without one (a module made in the frame) the graph holds the tensor itself."""
         source = module_source and AttrSource(module_source, attr)
+        if id(tensor) in self.substitutions:
+            if source is not None:  # what the call's names resolved to stays the module's tensor
+                self.add_guard(Guard(source, GuardKind.ID_MATCH, tensor))
+            return self.substitutions[id(tensor)]
         known = self._inputs_by_id.get(id(tensor))
         if known is not None and (source is None or known.source is not None):
             if source is not None and known.source != source:  # tied weights, or a tensor also passed in

@@ -672,3 +672,104 @@ def test_nested_tensors_fall_back_with_a_reason(name):
     reasons = [str(b) for b in report.break_reasons]
     assert reasons and all("nested tensor" in reason for reason in reasons), reasons
     assert not any("internal error" in reason for reason in reasons), reasons
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.func.functional_call: the module's call traced with the given tensors in place of its own
+# ---------------------------------------------------------------------------------------------
+FC_SEQ = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+FC_BN = torch.nn.BatchNorm1d(3)
+FC_LIN = torch.nn.Linear(3, 3)
+
+
+class Tied(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc = torch.nn.Linear(3, 3, bias=False)
+        self.dec = torch.nn.Linear(3, 3, bias=False)
+        self.dec.weight = self.enc.weight
+
+    def forward(self, x):
+        return self.dec(self.enc(x).tanh())
+
+
+FC_TIED = Tied()
+
+
+class ReadsGlobalAlias(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):
+        return x @ self.w + x @ FC_ALIAS_W  # the global is the module's own tensor: functional_call keeps it
+
+
+FC_ALIASED = ReadsGlobalAlias()
+FC_ALIAS_W = FC_ALIASED.w
+
+
+def fc_weight_bias(x, w, b):
+    return torch.func.functional_call(FC_LIN, {"weight": w, "bias": b}, (x,))
+
+
+def fc_some_tensors(x, w):
+    return torch.func.functional_call(FC_LIN, {"weight": w}, (x,)) + 1
+
+
+def fc_single_arg(x, w):
+    return torch.func.functional_call(FC_LIN, {"weight": w}, x)
+
+
+def fc_kwargs_only(x, w):
+    return torch.func.functional_call(FC_LIN, {"weight": w}, (), {"input": x})
+
+
+def fc_nested_name(x, w):
+    return torch.func.functional_call(FC_SEQ, {"2.weight": w}, (x,)).sum(0)
+
+
+def fc_two_dicts(x, w, b):
+    return torch.func.functional_call(FC_LIN, ({"weight": w}, {"bias": b}), (x,))
+
+
+def fc_buffers_updated(x, mean, var):
+    return torch.func.functional_call(FC_BN, {"running_mean": mean, "running_var": var}, (x,))
+
+
+def fc_after_plain_call(x, w):
+    return FC_LIN(x) - torch.func.functional_call(FC_LIN, {"weight": w}, (x,))
+
+
+def fc_tied(x, w):
+    return torch.func.functional_call(FC_TIED, {"enc.weight": w}, (x,))
+
+
+def fc_under_grad(x, w):
+    return grad(lambda ww: torch.func.functional_call(FC_LIN, {"weight": ww}, (x,)).pow(2).sum())(w)
+
+
+def fc_under_vmap(xs, ws):
+    return vmap(lambda x, w: torch.func.functional_call(FC_LIN, {"weight": w}, (x,)))(xs, ws)
+
+
+FUNCTIONAL_CALL = {f.__name__: (f, args) for f, args in [
+    (fc_weight_bias, (r(2, 3), r(3, 3), r(3))), (fc_some_tensors, (r(2, 3), r(3, 3))), (fc_single_arg, (r(2, 3), r(3, 3))),
+    (fc_kwargs_only, (r(2, 3), r(3, 3))), (fc_nested_name, (r(2, 3), r(2, 4))), (fc_two_dicts, (r(2, 3), r(3, 3), r(3))),
+    (fc_buffers_updated, (r(4, 3), r(3), torch.rand(3) + 0.5)), (fc_after_plain_call, (r(2, 3), r(3, 3))),
+    (fc_tied, (r(2, 3), r(3, 3))), (fc_under_grad, (r(2, 3), r(3, 3))), (fc_under_vmap, (r(5, 2, 3), r(5, 3, 3))),
+]}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL_CALL))
+def test_functional_call_one_graph(name):
+    fn, args = FUNCTIONAL_CALL[name]
+    assert_same(fn, args, graphs=1)
+
+
+def fc_global_alias_of_own_tensor(x, w):
+    return torch.func.functional_call(FC_ALIASED, {"w": w}, (x,))
+
+
+def test_functional_call_keeps_other_references_to_the_module_tensor():
+    assert_same(fc_global_alias_of_own_tensor, (r(2, 3), r(3, 3)), graphs=None, nopython=False)

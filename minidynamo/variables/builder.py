@@ -23,7 +23,7 @@ from .builtin import BuiltinVariable, is_stdlib
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
-from .higher_order import CheckpointVariable, FunctionTransformVariable, is_function_transform
+from .higher_order import CheckpointVariable, FunctionalCallVariable, FunctionTransformVariable, is_function_transform
 from .lists import ListVariable, SetVariable, TupleVariable
 from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode,
                    WeakRefVariable, WithExitVariable, is_torch_object)
@@ -149,6 +149,9 @@ class VariableBuilder:
         if isinstance(value, types.ModuleType):
             self.guard(GuardKind.ID_MATCH, value)
             return PythonModuleVariable(value, source)
+        if value is torch.func.functional_call:
+            self.guard(GuardKind.ID_MATCH, value)
+            return FunctionalCallVariable()  # no source: a fallback calls its unconverted wrapper
         if is_function_transform(value):
             self.guard(GuardKind.ID_MATCH, value)
             return FunctionTransformVariable(value, source)

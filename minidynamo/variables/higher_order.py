@@ -1,5 +1,6 @@
-"""Calls that run a traced function under a torch rule (activation checkpointing, torch.func
-transforms): the function becomes a subgraph, and the call one graph node applying the rule to it."""
+"""Calls that run a traced function under a torch rule. Activation checkpointing and torch.func
+transforms: the function becomes a subgraph, and the call one graph node applying the rule to it;
+torch.func.functional_call: the module's call traced in place with the given tensors for its own."""
 from __future__ import annotations
 
 import warnings
@@ -14,8 +15,11 @@ import torch.utils.checkpoint
 from ..exc import Unsupported, unimplemented
 from ..frame_hook import disabled
 from .base import VariableTracker
-from .lists import BaseListVariable
+from .constant import ConstantVariable
+from .dicts import ConstDictVariable
+from .lists import BaseListVariable, ListVariable, TupleVariable
 from .misc import DisabledFunctionVariable
+from .nn_module import NNModuleVariable
 from .sym import SymNodeVariable
 from .tensor import TensorVariable, may_write_in_place
 
@@ -235,3 +239,76 @@ class TransformedFunctionVariable(VariableTracker):
         example = _TRANSFORMS[transform](options)
         body = _traced(tx, what, lambda: trace_body(tx, self.fn, list(args), {}, example))
         return _call_body(tx, transform.__name__, body, lambda f, inputs: transform(f, **options)(*inputs))
+
+
+# ---- torch.func.functional_call(module, tensors, args, kwargs) ----
+
+_FUNCTIONAL_CALL_UNCONVERTED = disabled(torch.func.functional_call)
+
+
+class FunctionalCallVariable(DisabledFunctionVariable):
+    """`torch.func.functional_call`: the module's call traced in place, each of its tensors named in
+    the given dicts read as the tensor given for it (a read of one by any other way is refused).
+    Where that fails, a call run in plain Python with nothing inside converted: the module's frames
+    would otherwise be compiled for each new tensor given."""
+
+    def __init__(self) -> None:
+        super().__init__(_FUNCTIONAL_CALL_UNCONVERTED)
+
+    def describe(self) -> str:
+        return "torch.func.functional_call"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        names = ("module", "parameter_and_buffer_dicts", "args", "kwargs", "tie_weights", "strict")
+        given = dict(zip(names, args)) | kwargs
+        options = _constants({k: v for k, v in given.items() if k in ("tie_weights", "strict")}, self.describe())
+        module = given.get("module")
+        if len(args) > 4 or not {"module", "parameter_and_buffer_dicts"} <= given.keys() or not set(given) <= set(names) \
+                or options.get("tie_weights", True) is not True or not isinstance(module, NNModuleVariable):
+            unimplemented(f"{self.describe()} other than (module, dict of tensors, args[, kwargs]) with tied weights")
+        substitutions = _substitutions(module.module, given["parameter_and_buffer_dicts"], options.get("strict", False))
+        call_args = _positional(given.get("args", ConstantVariable(None)))
+        call_kwargs = given.get("kwargs", ConstantVariable(None))
+        if not (isinstance(call_kwargs, ConstDictVariable) or call_kwargs.is_python_constant()):
+            unimplemented(f"{self.describe()} with kwargs that are not a dict")
+        call_kwargs = dict(call_kwargs.items) if isinstance(call_kwargs, ConstDictVariable) else {}
+        table = tx.output.substitutions
+        if set(substitutions) & set(table):
+            unimplemented(f"{self.describe()} inside another one replacing the same tensors")
+        table.update(substitutions)
+        try:
+            return module.call_function(tx, call_args, call_kwargs)
+        except Unsupported as e:
+            if e.whole_frame:
+                raise
+            unimplemented(f"{self.describe()}: the module's call cannot be traced ({e.msg})")
+        finally:
+            for key in substitutions:
+                del table[key]
+
+
+def _positional(args: VariableTracker) -> List[VariableTracker]:
+    """functional_call's `args`: a tuple is the arguments, None none, anything else the only one."""
+    if isinstance(args, TupleVariable):
+        return list(args.items)
+    if args.is_python_constant() and isinstance(args.as_python_constant(), (tuple, type(None))):
+        return [ConstantVariable(v) for v in args.as_python_constant() or ()]
+    return [args]
+
+
+def _substitutions(module: torch.nn.Module, dicts: VariableTracker, strict: bool) -> Dict[int, TensorVariable]:
+    """id of each module tensor the dicts name -> the tracker of the tensor given for it."""
+    parts = dicts.items if isinstance(dicts, (TupleVariable, ListVariable)) else [dicts]
+    if strict or not all(isinstance(p, ConstDictVariable) for p in parts):
+        unimplemented("torch.func.functional_call with strict=True or tensors not given as dicts")
+    named = {**dict(module.named_parameters(remove_duplicate=False)), **dict(module.named_buffers(remove_duplicate=False))}
+    found: Dict[int, TensorVariable] = {}
+    keys = [k for p in parts for k in p.items]
+    if len(set(keys)) != len(keys):
+        unimplemented("torch.func.functional_call given one name twice")
+    for part in parts:
+        for name, value in part.items.items():
+            if name not in named or not isinstance(value, TensorVariable) or found.get(id(named[name]), value) is not value:
+                unimplemented(f"torch.func.functional_call given {name!r}, not one tensor of the module's own")
+            found[id(named[name])] = value
+    return found
