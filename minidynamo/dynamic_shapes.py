@@ -104,11 +104,11 @@ class SizeSource(ChainedSource):
 
     dim: int
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"{self.base.name()}.size()[{self.dim}]"
 
     def reconstruct(self, codegen) -> None:
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.load_attr("shape")
         codegen.load_const(self.dim)
         codegen.append("BINARY_SUBSCR")

@@ -73,9 +73,11 @@ def transformed_code(output: OutputGraph, ending: FrameEnding, graph_fn: Optiona
 
 
 def _call_graph(codegen: PyCodegen, output: OutputGraph, graph_fn: Callable) -> None:
-    codegen.load_function(graph_fn)
-    for arg in output.graphargs:
-        arg.load_source().reconstruct(codegen)
+    sources = [arg.load_source() for arg in output.graphargs]
+    with codegen.hold_shared_bases(sources):
+        codegen.load_function(graph_fn)
+        for source in sources:
+            codegen.load_source(source)
     codegen.call(len(output.graphargs))
     codegen.graph_output_var = "___graph_out"
     codegen.append("STORE_FAST", codegen.graph_output_var)

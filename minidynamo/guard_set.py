@@ -17,11 +17,10 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
-from .guards import CheckFunction, Guard, GuardKind, NotExpressible, code_for, detach_value, reason_for, render_source
+from .guards import CheckFunction, Guard, GuardKind, NotExpressible, detach_value, reason_for
 from .module_lookup import class_attribute, module_item_source
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, KeyedBySourceItemSource,
-                     LocalSource,
-                     ModuleGlobalsSource, Source)
+                     LocalSource, ModuleGlobalsSource, Source, read_value)
 
 # per code object: check key -> (GuardCheck, GuardSets using it)
 _shared: "weakref.WeakKeyDictionary[types.CodeType, Dict[Tuple, Any]]" = weakref.WeakKeyDictionary()
@@ -83,9 +82,10 @@ class GuardSetBuilder:
         self.shared = _shared.setdefault(code, {})
         self.weak_checks: List[Any] = []
         self.tensors: List[Guard] = []
+        self.values: Dict[str, Any] = {}  # what each source read so far names, by name
 
     def value_of(self, source: Source) -> Any:
-        return eval(source.name(), self.scope)
+        return read_value(source, self.scope, self.values)
 
     def accessor(self, source: Source) -> int:
         """The index of the accessor reaching `source`; sources that reach the same value the same
@@ -206,7 +206,6 @@ class GuardSetBuilder:
         ordered = sorted(guards, key=Guard.sort_key)
         in_python: List[Guard] = []  # guards on sources the C accessors cannot reach, and shape relations
         for guard in ordered:
-            guard.code_list = code_for(guard)
             try:
                 guard.kind.rule.lower(guard, self)
             except NotExpressible:
@@ -216,7 +215,7 @@ class GuardSetBuilder:
         guard_set = _C.GuardSet(self.accessors, self.items, tensor_check, tensor_accessors, fallback)
         for users in self.weak_checks:
             users.add(guard_set)
-        check = CheckFunction(guard_set, [detach_value(g) for g in ordered], render_source(ordered), self.namespaces)
+        check = CheckFunction(guard_set, [detach_value(g) for g in ordered], self.namespaces)
         guard_set.check_function = check  # for recompile reasons; dies with the entry
         return check
 

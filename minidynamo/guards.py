@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import collections
 import enum
+import functools
 import json
 import math
 import types
@@ -45,7 +46,7 @@ class GuardKind(enum.Enum):
 
     @property
     def rule(self) -> "KindRule":
-        return RULES[self]
+        return self._rule  # set by @rule below: read for every guard made, a dict lookup would hash the enum
 
 
 @dataclass
@@ -53,12 +54,20 @@ class Guard:
     source: Optional[Source]
     kind: GuardKind
     value: Any = None
-    code_list: List[str] = field(default_factory=list)
     dynamic_dims: Tuple[int, ...] = ()  # TENSOR_MATCH: dims whose size is symbolic (not checked)
+    rendered: Optional[List[str]] = field(default=None, repr=False, compare=False)  # see code_list
 
     @property
     def name(self) -> str:
         return self.source.name() if self.source is not None else ""
+
+    @property
+    def code_list(self) -> List[str]:
+        """The guard as readable Python conditions over L (locals) and G (globals): rendered when
+        first asked (reports ask; compiling does not)."""
+        if self.rendered is None:
+            self.rendered = self.kind.rule.render(self)
+        return self.rendered
 
     @property
     def create_fn_name(self) -> str:
@@ -154,7 +163,7 @@ def detach_value(guard: Guard) -> Guard:
     """The guard as stored with an entry: no strong references to tensors, identified objects or
     types, so that they can die (and their entry with them), and no live mutable containers."""
     value = guard.kind.rule.detach(guard.value)
-    return Guard(guard.source, guard.kind, value, list(guard.code_list), guard.dynamic_dims)
+    return Guard(guard.source, guard.kind, value, guard.dynamic_dims, guard.rendered)
 
 
 def _weak(value: Any) -> Any:
@@ -170,8 +179,12 @@ class CheckFunction:
 
     fn: Callable[..., bool]
     guards: List[Guard]
-    source_code: str
     namespaces: Dict[str, Dict[str, Any]]
+
+    @functools.cached_property
+    def source_code(self) -> str:
+        """The guards as one readable Python function (for reports)."""
+        return render_source(self.guards)
 
     def __call__(self, f_locals: Dict[str, Any], f_globals: Optional[Dict[str, Any]] = None) -> bool:
         return bool(self.fn(f_locals) if f_globals is None else self.fn(f_locals, f_globals))
@@ -243,7 +256,7 @@ RULES: Dict[GuardKind, KindRule] = {}
 def rule(kind: GuardKind) -> Callable[[type], type]:
     def register(cls: type) -> type:
         assert kind not in RULES, f"two rules for {kind}"
-        RULES[kind] = cls()
+        RULES[kind] = kind._rule = cls()
         RULES[kind].kind = kind
         return cls
 
@@ -270,6 +283,8 @@ class TypeMatch(KindRule):
 
 class _Identity(KindRule):
     def render(self, guard: Guard) -> List[str]:
+        if isinstance(guard.value, weakref.ref) and guard.value() is None:  # rendered after its entry died
+            return [f"{guard.name} is <an object that has since died>"]
         value = expected_object(guard)
         return [f"{guard.name} is <{_type_name(type(value))} object at {id(value):#x}>"]
 
@@ -539,11 +554,6 @@ assert set(RULES) == set(GuardKind), f"guard kinds without a rule: {set(GuardKin
 
 
 # ---- the whole entry ----
-
-
-def code_for(guard: Guard) -> List[str]:
-    """The guard as readable Python conditions over L (locals) and G (globals)."""
-    return guard.kind.rule.render(guard)
 
 
 def reason_for(guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:

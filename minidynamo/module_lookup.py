@@ -3,7 +3,7 @@ and by the guards that repeat its reads from the same dict."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -57,10 +57,14 @@ def module_item_source(owner: Any, source: Source) -> Optional[Source]:
     return None
 
 
-def direct_source(source: Source, value_of: Callable[[Source], Any]) -> Source:
+def direct_source(source: Source, value_of: Callable[[Source], Any], known: Dict[str, Source]) -> Source:
     """`source` with every module step read from the dict it lives in (see module_item_source): what
-    generated code loads, skipping Module.__getattr__ and container __getitem__."""
+    generated code loads, skipping Module.__getattr__ and container __getitem__. `known`: the
+    answers so far, by source name (the modules on the way are shared by many parameters)."""
     if not isinstance(source, (AttrSource, GetItemSource)):
         return source
-    rebased = dataclasses.replace(source, base=direct_source(source.base, value_of))
-    return module_item_source(value_of(source.base), rebased) or rebased
+    found = known.get(source.name())
+    if found is None:
+        rebased = dataclasses.replace(source, base=direct_source(source.base, value_of, known))
+        found = known[source.name()] = module_item_source(value_of(source.base), rebased) or rebased
+    return found

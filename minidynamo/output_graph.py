@@ -32,7 +32,7 @@ from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
 from .guards import Guard, GuardKind, capture_global_state
 from .module_lookup import direct_source
-from .source import AttrSource, Source
+from .source import AttrSource, Source, read_value
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
 from .variables.dicts import ConstDictVariable
@@ -91,6 +91,7 @@ class OutputGraph:
         self._symbolic_inputs: List[SymbolicInput] = []
         self._size_inputs: Dict[Any, SymNodeVariable] = {}  # sympy symbol -> its graph input
         self._inputs_by_source: Dict[str, TensorVariable] = {}
+        self._direct_sources: Dict[str, Source] = {}  # see module_lookup.direct_source
         self._inputs_by_id: Dict[int, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
         self.side_effects = SideEffects()
@@ -230,7 +231,7 @@ class OutputGraph:
         if source is not None:
             self.add_guard(Guard(source, GuardKind.ID_MATCH, tensor))
             self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, tensor))
-            node = self._add_placeholder(source, tensor, load=direct_source(source, self.source_value))
+            node = self._add_placeholder(source, tensor, load=direct_source(source, self.source_value, self._direct_sources))
             self._tensor_homes.append((fake, fake._version, len(self.graphargs) - 1))
             self._inputs_by_source[source.name()] = variable = TensorVariable(node, fake, source, type(tensor))
         else:
@@ -250,7 +251,7 @@ class OutputGraph:
 
     def source_value(self, source: Source) -> Any:
         """The value `source` names in the frame as it was entered."""
-        return eval(source.name(), {**self.namespaces, "L": self.f_locals, "G": self.f_globals})
+        return read_value(source, {**self.namespaces, "L": self.f_locals, "G": self.f_globals})
 
     # ---- recording ops ----
 

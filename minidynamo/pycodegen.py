@@ -1,8 +1,9 @@
 """PyCodegen: builds the instructions of generated code (graph calls and value reconstruction)."""
 from __future__ import annotations
 
+import contextlib
 import types
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Set, Tuple
 
 from . import pyversion
 from .bytecode_transformation import Element, Instr, closure_var
@@ -33,6 +34,9 @@ class PyCodegen:
         self.built: Dict[int, Tuple[str, Reconstructible]] = {}
         # values read from their sources ahead of the side effects: id(tracker) -> (local, tracker)
         self.read_early: Dict[int, Tuple[str, Reconstructible]] = {}
+        # sources read once into a local for a stretch of code (see hold_shared_bases): name -> local
+        self.held_sources: Dict[str, str] = {}
+        self.n_held = 0
 
     def append(self, opname: str, arg: Any = _NO_ARG) -> None:
         self.instructions.append(Instr(opname) if arg is _NO_ARG else Instr(opname, arg))
@@ -69,6 +73,41 @@ class PyCodegen:
     def call(self, nargs: int, kw_names: Tuple[str, ...] = ()) -> None:
         """Call what lies below `nargs` arguments, the last `len(kw_names)` of them by keyword."""
         self.instructions.extend(pyversion.call(nargs, kw_names))
+
+    def load_source(self, source: Any) -> None:
+        """Push the value at `source`, from the local holding it where one does."""
+        held = self.held_sources.get(source.name())
+        if held is not None:
+            self.append("LOAD_FAST", held)
+        else:
+            source.reconstruct(self)
+
+    @contextlib.contextmanager
+    def hold_shared_bases(self, sources: Sequence[Any]) -> Iterator[None]:
+        """Within: each base that two or more of `sources` are read through (the module holding
+        several parameters) is read once, now, into a local, instead of once per source. For reads
+        done together, with nothing run between them that could change what the bases hold."""
+        branches: Dict[str, Set[str]] = {}  # base name -> names of what is read through it or at it
+        bases: Dict[str, Any] = {}
+        for source in sources:
+            below, base = source, getattr(source, "base", None)
+            while base is not None and getattr(base, "base", None) is not None:  # a local is read as fast
+                branches.setdefault(base.name(), set()).add(below.name())
+                bases[base.name()] = base
+                below, base = base, base.base
+        for name in set(branches) & {s.name() for s in sources}:
+            branches[name].add(name)
+        shared = sorted((b for n, b in bases.items() if len(branches[n]) > 1), key=lambda b: b.depth())
+        for base in shared:
+            self.load_source(base)
+            local = f"___base{self.n_held}"
+            self.n_held += 1
+            self.append("STORE_FAST", local)
+            self.held_sources[base.name()] = local
+        try:
+            yield
+        finally:
+            self.held_sources.clear()
 
     def read_now(self, value: Reconstructible) -> None:
         """Read `value` into a local now; later reconstructions load that local."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import types
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 if TYPE_CHECKING:
     from .pycodegen import PyCodegen
@@ -35,7 +35,18 @@ def literal(value: Any) -> str:
 
 
 class Source:
+    _name: str  # name(), once made
+
     def name(self) -> str:
+        """The expression, made once: sources are immutable, and guards and graph inputs ask often."""
+        try:
+            return self._name
+        except AttributeError:
+            text = self.expression()
+            object.__setattr__(self, "_name", text)  # beside the dataclass fields: not compared
+            return text
+
+    def expression(self) -> str:
         raise NotImplementedError
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
@@ -52,7 +63,7 @@ class Source:
 class LocalSource(Source):
     local_name: str
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"L[{self.local_name!r}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
@@ -63,7 +74,7 @@ class LocalSource(Source):
 class GlobalSource(Source):
     global_name: str
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"G[{self.global_name!r}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
@@ -80,7 +91,7 @@ class ModuleGlobalsSource(Source):
     scope_name: str
     namespace: Dict[str, Any] = field(compare=False, hash=False, repr=False)
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return self.scope_name
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
@@ -105,13 +116,13 @@ class ChainedSource(Source):
 class AttrSource(ChainedSource):
     member: str
 
-    def name(self) -> str:
+    def expression(self) -> str:
         if self.member.isidentifier():
             return f"{self.base.name()}.{self.member}"
         return f"getattr({self.base.name()}, {self.member!r})"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.load_attr(self.member)
 
 
@@ -119,11 +130,11 @@ class AttrSource(ChainedSource):
 class GetItemSource(ChainedSource):
     index: Any
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"{self.base.name()}[{literal(self.index)}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.load_const(self.index)
         codegen.append("BINARY_SUBSCR")
 
@@ -135,12 +146,12 @@ class KeyedBySourceItemSource(ChainedSource):
 
     key: Source
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"{self.base.name()}[{self.key.name()}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
-        self.key.reconstruct(codegen)
+        codegen.load_source(self.base)
+        codegen.load_source(self.key)
         codegen.append("BINARY_SUBSCR")
 
 
@@ -148,11 +159,11 @@ class KeyedBySourceItemSource(ChainedSource):
 class CellContentsSource(ChainedSource):
     """The contents of a closure cell: `base` names the cell object."""
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"{self.base.name()}.cell_contents"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.load_attr("cell_contents")
 
 
@@ -163,12 +174,12 @@ class DefaultsSource(ChainedSource):
     index: Any
     kwonly: bool = False
 
-    def name(self) -> str:
+    def expression(self) -> str:
         attr = "__kwdefaults__" if self.kwonly else "__defaults__"
         return f"{self.base.name()}.{attr}[{literal(self.index)}]"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.load_attr("__kwdefaults__" if self.kwonly else "__defaults__")
         codegen.load_const(self.index)
         codegen.append("BINARY_SUBSCR")
@@ -186,7 +197,7 @@ class MethodCallSource(ChainedSource):
     method: str
     args: tuple
 
-    def name(self) -> str:
+    def expression(self) -> str:
         owner = _QUALIFIED_OWNERS.get(self.owner, self.owner.__name__)
         call = f"{owner}.{self.method}({self.base.name()}{''.join(f', {literal(a)}' for a in self.args)})"
         return f"list({call})" if self.method in ("keys", "values", "items") else call
@@ -195,7 +206,7 @@ class MethodCallSource(ChainedSource):
         if self.method in ("keys", "values", "items"):
             codegen.load_function(list)
         codegen.load_function(getattr(self.owner, self.method))
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         for arg in self.args:
             codegen.load_const(arg)
         codegen.call(len(self.args) + 1)
@@ -209,12 +220,12 @@ class ContainsSource(ChainedSource):
 
     key: Any
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"({literal(self.key)} in {self.base.name()})"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
         codegen.load_const(self.key)
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.append("CONTAINS_OP", 0)
 
 
@@ -222,10 +233,34 @@ class ContainsSource(ChainedSource):
 class CallSource(ChainedSource):
     """What calling `base` with no arguments returns (a weak reference's referent)."""
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"{self.base.name()}()"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
         codegen.push_null()
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.call(0)
+
+
+def read_value(source: Source, scope: Dict[str, Any], known: Optional[Dict[str, Any]] = None) -> Any:
+    """The value `source` names in `scope` (L, G and module namespaces by name): what
+    `eval(source.name(), scope)` gives, without compiling the expression. Locals, globals,
+    attributes and items are read directly, each base once when `known` (values read so far, by
+    name) is given; other sources are evaluated."""
+    name = source.name()
+    if known is not None and name in known:
+        return known[name]
+    kind = type(source)
+    if kind is LocalSource:
+        value = scope["L"][source.local_name]
+    elif kind is GlobalSource:
+        value = scope["G"][source.global_name]
+    elif kind is AttrSource:
+        value = getattr(read_value(source.base, scope, known), source.member)
+    elif kind is GetItemSource:
+        value = read_value(source.base, scope, known)[source.index]
+    else:
+        value = eval(name, scope)
+    if known is not None:
+        known[name] = value
+    return value

@@ -73,12 +73,12 @@ def ndarray_method(name: str) -> Callable:
 class NumpyTensorSource(ChainedSource):
     """The tensor viewing the memory of the ndarray at `base`: what the graph takes for it."""
 
-    def name(self) -> str:
+    def expression(self) -> str:
         return f"torch.as_tensor({self.base.name()})"
 
     def reconstruct(self, codegen: Any) -> None:
         codegen.load_function(torch.as_tensor)
-        self.base.reconstruct(codegen)
+        codegen.load_source(self.base)
         codegen.call(1)
 
 
