@@ -31,6 +31,8 @@ class Instructions:
     label_index: Dict[int, int]  # id(Label) -> index of the instruction it marks
     handlers: List[Optional[int]]  # index of the exception handler covering each instruction
     positions: List[int]  # index of each instruction in `bytecode`
+    names: List[str]  # each instruction's opcode name (the translator's handler), read once here
+
 
     def jump_target(self, instr: Instr) -> int:
         return self.label_index[id(instr.arg)]
@@ -93,7 +95,7 @@ def _read(code: types.CodeType) -> Instructions:
     if len(offsets) != len(instrs):
         offsets = list(range(len(instrs)))
     handlers = [label_index[id(label)] if label is not None else None for label in handler_labels]
-    return Instructions(code, abstract, instrs, offsets, label_index, handlers, positions)
+    return Instructions(code, abstract, instrs, offsets, label_index, handlers, positions, [i.name for i in instrs])
 
 
 def closure_var(code: types.CodeType, name: str) -> Optional[Union[CellVar, FreeVar]]:
@@ -118,19 +120,21 @@ def assemble(
     cellvars: Optional[Sequence[str]] = None,
 ) -> types.CodeType:
     """A new code object running `elements`, with the signature and names of `like` unless overridden."""
+    fields: Dict[str, Any] = dict(
+        argcount=like.co_argcount if argcount is None else argcount,
+        posonlyargcount=like.co_posonlyargcount if argcount is None else 0,
+        kwonlyargcount=like.co_kwonlyargcount if kwonlyargcount is None else kwonlyargcount,
+        flags=like.co_flags if flags is None else flags, name=name or like.co_name,
+        qualname=qualname or name or like.co_qualname, filename=like.co_filename, first_lineno=like.co_firstlineno)
+    n_params = fields["argcount"] + fields["kwonlyargcount"] + bool(fields["flags"] & 0x04) + bool(fields["flags"] & 0x08)
+    names = dict(argnames=list(argnames) if argnames is not None else list(like.co_varnames[:n_params]),
+                 cellvars=list(like.co_cellvars if cellvars is None else cellvars),
+                 freevars=list(like.co_freevars if freevars is None else freevars))
+    if all(isinstance(e, Instr) and pyversion.is_straight_line(e) for e in elements):  # most frames' code
+        return pyversion.straight_line_code(elements, **names, **fields)
     out = Bytecode(list(elements))
-    out.argcount = like.co_argcount if argcount is None else argcount
-    out.posonlyargcount = like.co_posonlyargcount if argcount is None else 0
-    out.kwonlyargcount = like.co_kwonlyargcount if kwonlyargcount is None else kwonlyargcount
-    out.flags = like.co_flags if flags is None else flags
-    out.name = name or like.co_name
-    out.qualname = qualname or name or like.co_qualname
-    out.filename = like.co_filename
-    out.first_lineno = like.co_firstlineno
-    n_params = out.argcount + out.kwonlyargcount + bool(out.flags & 0x04) + bool(out.flags & 0x08)
-    out.argnames = list(argnames) if argnames is not None else list(like.co_varnames[:n_params])
-    out.cellvars = list(like.co_cellvars if cellvars is None else cellvars)
-    out.freevars = list(like.co_freevars if freevars is None else freevars)
+    for field_name, value in {**fields, **names}.items():
+        setattr(out, field_name, value)
     return out.to_code()
 
 

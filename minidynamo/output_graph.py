@@ -92,6 +92,8 @@ class OutputGraph:
         self._size_inputs: Dict[Any, SymNodeVariable] = {}  # sympy symbol -> its graph input
         self._inputs_by_source: Dict[str, TensorVariable] = {}
         self._direct_sources: Dict[str, Source] = {}  # see module_lookup.direct_source
+        # id(globals dict of a module functions are inlined from) -> its source (see namespaces)
+        self.module_globals_sources: Dict[int, Source] = {}
         self._inputs_by_id: Dict[int, TensorVariable] = {}
         self._module_keys: Dict[int, str] = {}
         self.side_effects = SideEffects()

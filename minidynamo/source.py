@@ -109,7 +109,10 @@ class ChainedSource(Source):
         return self.base.is_global()
 
     def depth(self) -> int:
-        return self.base.depth() + 1
+        steps, source = 1, self.base
+        while isinstance(source, ChainedSource):
+            steps, source = steps + 1, source.base
+        return steps + source.depth()
 
 
 @dataclass(frozen=True)

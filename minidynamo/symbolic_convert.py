@@ -93,21 +93,25 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     # ---- the interpreter loop ----
 
+    # the index of an instruction before which break_here decides whether to stop (-1: none)
+    pending_break = -1
+
     def run(self) -> None:
-        instrs = self.instructions.instrs
+        instrs, names = self.instructions.instrs, self.instructions.names
         while self.instruction_pointer < len(instrs):
-            if self.break_here(self.instruction_pointer):
+            index = self.instruction_pointer
+            if index == self.pending_break and self.break_here(index):
                 return
-            inst = instrs[self.instruction_pointer]
+            inst = instrs[index]
             self.current_instruction = inst
-            self.current_index = self.instruction_pointer
-            self.instruction_pointer += 1
+            self.current_index = index
+            self.instruction_pointer = index + 1
             self.steps += 1
             if self.steps > MAX_INSTRUCTIONS:
                 unimplemented("the function runs too many instructions to trace (an unbounded loop?)")
-            handler = getattr(self, inst.name, None)
+            handler = getattr(self, names[index], None)
             if handler is None:
-                unimplemented(f"the bytecode instruction {inst.name}")
+                unimplemented(f"the bytecode instruction {names[index]}")
             try:
                 if handler(inst):
                     return
@@ -419,10 +423,14 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             return self.globals_source
         if f_globals is self.root_globals():
             return None
+        known = self.output.module_globals_sources.get(id(f_globals))  # its namespaces entry keeps it alive
+        if known is not None:
+            return known
         module_name = str(f_globals.get("__name__", "module"))
         scope_name = "G_" + "".join(c if c.isalnum() else "_" for c in module_name) + f"_{id(f_globals):x}"
         self.output.namespaces[scope_name] = f_globals
-        return ModuleGlobalsSource(scope_name, f_globals)
+        source = self.output.module_globals_sources[id(f_globals)] = ModuleGlobalsSource(scope_name, f_globals)
+        return source
 
     def root_globals(self) -> Dict[str, Any]:
         return self.f_globals
@@ -531,6 +539,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.fresh, self.made = fresh_arguments(code)  # see ResumeSpec
         self.ending: Optional[FrameEnding] = None  # how the trace ended: a return, or a graph break
         self.break_at = break_at
+        self.pending_break = break_at[0] if break_at is not None else -1
         self.current_break_index = -1
         closure = getattr(getattr(frame, "f_func", None), "__closure__", None) or ()
         # real cell -> its tracker, so that functions closing over the same cell share it
@@ -585,7 +594,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         if self.break_at is None or self.break_at[0] != index:
             return False
         reason = self.break_at[1]
-        self.break_at = None
+        self.break_at, self.pending_break = None, -1
         self.current_break_index = index
         self.output.break_reasons.append(reason)
         self.end(self.break_ending(index))
@@ -668,6 +677,7 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
                  globals_source: Optional[Source], depth: int) -> None:
         super().__init__(code, f_globals, parent.f_builtins, symbolic_locals, cells, parent.output, globals_source)
         self.parent = parent
+        self._root_globals = parent.root_globals()
         self.depth = depth
         self.return_value: Optional[VariableTracker] = None
 
@@ -696,7 +706,7 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         return [*self.parent.user_stack(), self.user_frame()]
 
     def root_globals(self) -> Dict[str, Any]:
-        return self.parent.root_globals()
+        return self._root_globals
 
     def frame_cell(self, cell: Any) -> Optional[CellVariable]:
         return self.parent.frame_cell(cell)

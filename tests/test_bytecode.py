@@ -146,3 +146,59 @@ def test_equal_code_of_two_files_keeps_its_own_file():
         except ValueError as e:
             files = {frame.filename for frame in traceback.extract_tb(e.__traceback__)}
             assert name in files and not any(f.startswith("/tmp/minidynamo_user") and f != name for f in files)
+
+
+
+def _closure_shape(a, b):
+    def inner():
+        return a + c  # noqa: F821 - only the shape of the code (cells a and c, free none) is used
+    c = 1
+    return inner
+
+
+def _assemble_both_ways(elements, like):
+    """`elements` assembled like `like` by minidynamo and by the `bytecode` package."""
+    from bytecode import Bytecode
+
+    reference = Bytecode(list(elements))
+    for name in ("argcount", "posonlyargcount", "kwonlyargcount", "flags", "name", "qualname", "filename"):
+        setattr(reference, name, getattr(like, f"co_{name}"))
+    reference.first_lineno, reference.argnames = like.co_firstlineno, list(like.co_varnames[:like.co_argcount])
+    reference.cellvars, reference.freevars = list(like.co_cellvars), list(like.co_freevars)
+    return assemble(elements, like=like), reference.to_code()
+
+
+def test_straight_line_code_is_what_the_bytecode_package_assembles():
+    """Generated code with no jumps (most frames' transformed code) is assembled without the
+    `bytecode` package: the same code object, byte for byte, including EXTENDED_ARG, inline caches,
+    cells shared with arguments and cells of their own, free variables and the line table."""
+    from bytecode import CellVar, FreeVar, Instr
+
+    import minidynamo.pyversion as pyversion
+
+    like = _closure_shape.__code__
+    inner = next(c for c in like.co_consts if isinstance(c, types.CodeType))
+    elements = [Instr("MAKE_CELL", CellVar("a")), Instr("MAKE_CELL", CellVar("c")), Instr("RESUME", 0),
+                Instr("LOAD_CONST", 7), Instr("STORE_DEREF", CellVar("c")),
+                Instr("PUSH_NULL"), Instr("LOAD_GLOBAL", (False, "pick")),
+                Instr("LOAD_DEREF", CellVar("a")), Instr("LOAD_DEREF", CellVar("c")), Instr("LOAD_FAST", "b"),
+                Instr("LOAD_CONST", "x"), Instr("KW_NAMES", ("default",)), Instr("PRECALL", 4), Instr("CALL", 4),
+                Instr("STORE_FAST", "___tmp"),
+                Instr("LOAD_GLOBAL", (True, "len")), Instr("LOAD_CONST", "text"), Instr("PRECALL", 1),
+                Instr("CALL", 1), Instr("POP_TOP"), Instr("LOAD_FAST", "___tmp")]
+    elements += [Instr("LOAD_CONST", float(i)) for i in range(300)]  # const indexes past 255: EXTENDED_ARG
+    elements += [Instr("BUILD_TUPLE", 301), Instr("LOAD_ATTR", "count"), Instr("POP_TOP"), Instr("LOAD_FAST", "___tmp"),
+                 Instr("LOAD_CLOSURE", CellVar("a")), Instr("BUILD_TUPLE", 1), Instr("LOAD_CONST", inner),
+                 Instr("MAKE_FUNCTION", 8), Instr("POP_TOP"), Instr("RETURN_VALUE")]
+    free = [Instr("COPY_FREE_VARS", 2), Instr("RESUME", 0), Instr("LOAD_DEREF", FreeVar("a")),
+            Instr("LOAD_DEREF", FreeVar("c")), Instr("BINARY_OP", 0), Instr("RETURN_VALUE")]
+    for code, like_code in ((elements, like), (free, inner)):
+        assert all(pyversion.is_straight_line(e) for e in code)
+        fast, expected = _assemble_both_ways(code, like_code)
+        for attr in ("co_code", "co_consts", "co_names", "co_varnames", "co_cellvars", "co_freevars", "co_nlocals",
+                     "co_stacksize", "co_flags", "co_linetable", "co_exceptiontable", "co_firstlineno", "co_qualname"):
+            assert getattr(fast, attr) == getattr(expected, attr), attr
+    fast, _ = _assemble_both_ways(elements, like)
+    pick = lambda *values, default: (values, default)  # noqa: E731
+    assert types.FunctionType(fast, {"pick": pick, "len": len})(5, 3) == ((5, 7, 3), "x")
+    assert fast.co_stacksize > 300

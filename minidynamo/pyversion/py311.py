@@ -7,11 +7,13 @@ is `csrc/frame_py311.c` beside its siblings. Instructions are the `bytecode` pac
 from __future__ import annotations
 
 import dis
+import opcode as opcode_module
 import operator
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from bytecode import BinaryOp, CellVar, Compare, Instr, Label
+from bytecode.instr import const_key
 
 # ---- opcode tables ----
 
@@ -172,6 +174,82 @@ def values_left(instr: Instr, n_inputs: int) -> int:
     return n_inputs + dis.stack_effect(instr.opcode, oparg, jump=False)
 
 
+# ---- assembling straight-line code ----
+
+_HAS_CONST, _HAS_NAME, _HAS_LOCAL, _HAS_FREE = (frozenset(t) for t in (dis.hasconst, dis.hasname, dis.haslocal,
+                                                                        dis.hasfree))
+_HAS_JUMP = frozenset(dis.hasjrel + dis.hasjabs)
+_EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
+_NO_COLUMNS = 13  # a line table entry giving only a line (Objects/locations.md)
+
+
+def is_straight_line(instr: Instr) -> bool:
+    """Whether `straight_line_code` can assemble `instr`: no jump, no line or position of its own."""
+    return instr.opcode not in _HAS_JUMP and instr.location is None
+
+
+def straight_line_code(instrs: Sequence[Instr], argnames: Sequence[str], cellvars: Sequence[str],
+                       freevars: Sequence[str], **fields: Any) -> types.CodeType:
+    """The code object running `instrs` (each `is_straight_line`): what the `bytecode` package
+    assembles, without its control-flow analysis, which code with no jumps, exception table or
+    line changes does not need. Every instruction is on `first_lineno`. `fields`: argcount,
+    posonlyargcount, kwonlyargcount, flags, filename, name, qualname, first_lineno."""
+    consts: Dict[Any, int] = {}  # the bytecode package's key of a value (equal constants share one) -> index
+    const_values: List[Any] = []
+    names: Dict[str, int] = {}
+    varnames: Dict[str, int] = {name: i for i, name in enumerate(argnames)}
+    for instr in instrs:  # every local first: cell indexes come after them
+        if instr.opcode in _HAS_LOCAL:
+            varnames.setdefault(instr.arg, len(varnames))
+    cell_index: Dict[str, int] = {}  # a cell shares the slot of a local of its name, else comes after them
+    for name in cellvars:
+        cell_index[name] = varnames[name] if name in varnames else len(varnames) + sum(
+            c not in varnames for c in cell_index)
+    free_offset = len(varnames) + sum(name not in varnames for name in cellvars)
+    code = bytearray()
+    depth = max_depth = 0
+    for instr in instrs:
+        op, arg = instr.opcode, instr.arg
+        if op in _HAS_CONST:
+            key = const_key(arg)
+            if key not in consts:
+                consts[key] = len(const_values)
+                const_values.append(arg)
+            oparg = consts[key]
+        elif op in _HAS_LOCAL:
+            oparg = varnames[arg]
+        elif op in _HAS_NAME and isinstance(arg, tuple):  # LOAD_GLOBAL: (push a NULL first, name)
+            oparg = (names.setdefault(arg[1], len(names)) << 1) | arg[0]
+        elif op in _HAS_NAME:
+            oparg = names.setdefault(arg, len(names))
+        elif op in _HAS_FREE:
+            oparg = cell_index[arg.name] if isinstance(arg, CellVar) else free_offset + list(freevars).index(arg.name)
+        else:
+            oparg = int(arg) if op >= dis.HAVE_ARGUMENT else 0
+        for shift in (24, 16, 8):
+            if oparg >> shift:
+                code += bytes((_EXTENDED_ARG, (oparg >> shift) & 0xFF))
+        code += bytes((op, oparg & 0xFF)) + bytes(2 * _inline_caches(op))
+        depth += dis.stack_effect(op, oparg if op >= dis.HAVE_ARGUMENT else None, jump=False)
+        max_depth = max(max_depth, depth)
+    return types.CodeType(
+        fields["argcount"], fields["posonlyargcount"], fields["kwonlyargcount"], len(varnames), max_depth,
+        fields["flags"], bytes(code), tuple(const_values), tuple(names), tuple(varnames), fields["filename"],
+        fields["name"], fields["qualname"], fields["first_lineno"], _one_line_table(len(code) // 2), b"",
+        tuple(freevars), tuple(cellvars))
+
+
+def _inline_caches(op: int) -> int:
+    return opcode_module._inline_cache_entries[op]
+
+
+def _one_line_table(n_units: int) -> bytes:
+    """A line table putting `n_units` code units on the code's first line (entries cover 8 at most)."""
+    full, rest = divmod(n_units, 8)
+    entry = lambda size: bytes((0x80 | (_NO_COLUMNS << 3) | (size - 1), 0))  # noqa: E731 - line delta 0
+    return entry(8) * full + (entry(rest) if rest else b"")
+
+
 # ---- translator handlers ----
 
 class VersionHandlers:
@@ -312,10 +390,12 @@ __all__ = [
     "instruction_offsets",
     "is_conditional_jump",
     "is_prologue",
+    "is_straight_line",
     "is_with_cleanup",
     "load_attr",
     "load_global",
     "push_null",
     "replay",
+    "straight_line_code",
     "values_left",
 ]
