@@ -656,6 +656,123 @@ def deepcopy_list_of_dataclasses(x):
 
 
 # ---------------------------------------------------------------------------------------------
+# object protocol details: __new__, __getattribute__, __delattr__, hasattr/getattr on copies
+# ---------------------------------------------------------------------------------------------
+class Guarded:
+    """A __delattr__ of its own that records what was deleted."""
+
+    def __init__(self):
+        self.a = 1
+        self.b = 2
+        self.deleted = []
+
+    def __delattr__(self, name):
+        self.deleted.append(name)
+        object.__delattr__(self, name)
+
+
+@case("protocol")
+def object_new_then_set(x):
+    p = object.__new__(Plain)
+    p.scale = 3.0
+    return x * p.scale + hasattr(p, "items")
+
+
+@case("protocol")
+def class_new_of_dataclass(x):
+    s = Settings.__new__(Settings)
+    s.scale = 2.5
+    return x * s.scale + (type(s) is Settings)
+
+
+@case("protocol")
+def delattr_on_new_object(x):
+    p = Plain()
+    delattr(p, "meta")
+    return x * p.scale + hasattr(p, "meta")
+
+
+@case("protocol", torch_fails='graph break: object.__delattr__ called in a traced __delattr__')
+def delattr_through_python_delattr(x):
+    g = Guarded()
+    delattr(g, "a")
+    return x * g.b + len(g.deleted) + hasattr(g, "a")
+
+
+@case("protocol")
+def hasattr_on_copy_with_getattribute(x):
+    a = copy.deepcopy(ALIASED)
+    return x + hasattr(a, "hidden") + hasattr(a, "missing") + hasattr(a, "decoder_layers")
+
+
+@case("protocol")
+def getattr_default_on_copy_with_getattribute(x):
+    a = copy.deepcopy(ALIASED)
+    return x * getattr(a, "missing", 2) + getattr(a, "heads", 0)
+
+
+@case("protocol", torch_fails='graph break: object.__getattribute__ called on an object directly')
+def object_getattribute_skips_aliases(x):
+    a = copy.deepcopy(ALIASED)
+    return x * object.__getattribute__(a, "d_model") + len(object.__getattribute__(a, "aliases"))
+
+
+@case("protocol")
+def vars_of_copy(x):
+    a = copy.deepcopy(ALIASED)
+    return x + len(vars(a)) + ("d_model" in vars(a))
+
+
+@case("protocol")
+def reduce_ex_of_plain_object(x):
+    rv = PLAIN.__reduce_ex__(4)
+    return x * len(rv) + (rv[1][0] is Plain) + (rv[3] is None) + len(rv[2])
+
+
+@case("protocol", torch_fails='raises AttributeError: its __reduce_ex__ reads a __dict__ that a slotted object lacks')
+def reduce_ex_of_slotted_object(x):
+    rv = SLOTTED.__reduce_ex__(2)
+    state, slots = rv[2]
+    return x * slots["scale"] + (state is None) + len(slots)
+
+
+@case("protocol")
+def copy_of_object_in_list_in_dict(x):
+    d = copy.deepcopy({"objs": [Plain(2.0), Plain(3.0)]})
+    d["objs"][0].scale = 10.0
+    return x * d["objs"][0].total() + d["objs"][1].total()
+
+
+@case("protocol")
+def copy_then_compare_dataclasses(x):
+    a = copy.deepcopy(SETTINGS)
+    b = copy.copy(SETTINGS)
+    a.name = "other"
+    return x + (a == SETTINGS) + (b == SETTINGS) + (a != b)
+
+
+@case("protocol")
+def deepcopy_inside_a_loop(x):
+    copies = [copy.deepcopy(PLAIN) for _ in range(3)]
+    for i, c in enumerate(copies):
+        c.scale = float(i)
+    return x * sum(c.scale for c in copies) + len(PLAIN.items)
+
+
+@case("protocol")
+def copy_of_frozen_dataclass_made_in_frame(x):
+    f = copy.copy(FrozenSettings(scale=1.5))
+    return x * f.scale + len(f.tags)
+
+
+@case("protocol")
+def deepcopy_dict_of_dataclasses(x):
+    d = copy.deepcopy({"a": SETTINGS, "b": OUTER})
+    d["a"].layers.append(0)
+    return x * len(d["a"].layers) + len(SETTINGS.layers) + d["b"].weight
+
+
+# ---------------------------------------------------------------------------------------------
 # tensors inside a deep copy: torch._dynamo breaks the graph at copy.deepcopy of a tensor
 # ---------------------------------------------------------------------------------------------
 @case("tensors", graphs=None, breaks=True)

@@ -436,6 +436,11 @@ class BuiltinVariable(VariableTracker):
         obj.store_attr(tx, name.as_python_constant(), value)
         return ConstantVariable(None)
 
+    def _call_vars(self, tx, *obj: VariableTracker):
+        if len(obj) != 1 or not isinstance(obj[0], (UserDefinedObjectVariable, NewObjectVariable)):
+            return None
+        return obj[0].var_getattr(tx, "__dict__")
+
     def _call_delattr(self, tx, obj: VariableTracker, name: VariableTracker):
         if not isinstance(obj, NewObjectVariable):
             return None
