@@ -18,14 +18,19 @@ class OptimizedModule(torch.nn.Module):
 
     The original is `_orig_mod`. Parameters, buffers, state_dict (same keys as the original),
     `training` and attributes (read and written) are the original's, so the wrapper can stand in
-    for it in a training loop. Hooks registered on the original fire inside the compiled call."""
+    for it in a training loop. Hooks registered on the original fire inside the compiled call.
+    Copied, pickled and `torch.save`d as the original module plus how it was compiled."""
 
-    _OWN_ATTRIBUTES = frozenset({"_orig_mod", "_compiled_call", "training"})
+    _OWN_ATTRIBUTES = frozenset({"_orig_mod", "_compiled_call", "_context", "training"})
 
     def __init__(self, mod: torch.nn.Module, context: "eval_frame._CallbackContext") -> None:
         super().__init__()
         self._orig_mod = mod
+        self._context = context
         self._compiled_call = context(mod.__call__)
+
+    def __reduce__(self) -> Tuple[type, Tuple[torch.nn.Module, "eval_frame._CallbackContext"]]:
+        return (type(self), (self._orig_mod, self._context))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # nn.Module.__call__ again would only run the wrapper's own hooks: skip it when there are none.

@@ -7,7 +7,7 @@ Setting the callback to `False` runs cached code without compiling anything new.
 from __future__ import annotations
 
 import gc
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -25,9 +25,16 @@ class _CallbackContext:
 
     verifiable = False  # minidynamo's own compiling contexts: checked against eager in verify mode
 
-    def __init__(self, callback: FrameCallback) -> None:
+    def __init__(self, callback: FrameCallback, remake: Optional[Tuple[Callable, tuple]] = None) -> None:
         self.callback = callback
         self._saved: List[FrameCallback] = []
+        self._remake = remake
+
+    def __reduce__(self) -> Tuple[Callable, tuple]:
+        # Copied and pickled as the call that made it: the C callback and its caches are not data.
+        if self._remake is None:
+            raise TypeError(f"cannot pickle a context made from the raw callback {self.callback!r}")
+        return self._remake
 
     def __enter__(self) -> "_CallbackContext":
         self._saved.append(_C.set_eval_frame(self.callback))
@@ -58,13 +65,13 @@ def optimize_with_callback(callback: Callable[[Any], Optional[GuardedCode]]) -> 
 
 def run(fn: Optional[Callable] = None) -> Union[_CallbackContext, Callable]:
     """Run code already in the cache, compiling nothing new."""
-    context = _CallbackContext(False)
+    context = _CallbackContext(False, remake=(run, ()))
     return context(fn) if fn is not None else context
 
 
 def disable(fn: Optional[Callable] = None) -> Union[_CallbackContext, Callable]:
     """Run `fn` (or a `with` block) with no conversion at all."""
-    context = _CallbackContext(None)
+    context = _CallbackContext(None, remake=(disable, ()))
     return context(fn) if fn is not None else context
 
 
@@ -99,6 +106,7 @@ def optimize(
     from .backends import lookup_backend
     from .convert_frame import ConvertFrame
 
-    context = _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython, dynamic=dynamic))
+    context = _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython, dynamic=dynamic),
+                               remake=(optimize, (backend, nopython, dynamic)))
     context.verifiable = True
     return context
