@@ -10,11 +10,11 @@ import logging
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
 import torch
 
-from . import _C, convert_frame, eval_frame, logs
+from . import _C, convert_frame, counters, eval_frame, logs
 from .exc import UserFrame
 from .guards import Guard
 from .resume_execution import frame_name
@@ -127,6 +127,8 @@ class ExplainOutput:
     out_guards: List[Guard] = field(default_factory=list)
     compile_times: List[float] = field(default_factory=list)
     frames: List[convert_frame.FrameRecord] = field(default_factory=list)
+    # Graphs (or calls) the backend's code generator left to eager torch, with why.
+    backend_fallbacks: List[counters.Fallback] = field(default_factory=list)
 
     @classmethod
     def from_frames(cls, frames: Iterable[convert_frame.FrameRecord]) -> "ExplainOutput":
@@ -194,6 +196,9 @@ class ExplainOutput:
             lines.append("\n--- break reasons ---")
             for i, reason in enumerate(self.break_reasons, 1):
                 lines.append(f"{i}. {reason}")
+        if self.backend_fallbacks:
+            lines.append("\n--- run eagerly by the backend ---")
+            lines.extend(f"  {fallback}" for fallback in self.backend_fallbacks)
         if self.recompile_reasons:
             lines.append("\n--- recompiles ---")
             lines.extend(f"  {reason}" for reason in self.recompile_reasons)
@@ -206,19 +211,28 @@ class ExplainOutput:
         return "\n".join(lines)
 
 
-def explain(fn: Callable) -> Callable[..., ExplainOutput]:
-    """`explain(fn)(*args, **kwargs)` compiles and runs `fn` once and reports what happened."""
+def _no_backend(gm: torch.fx.GraphModule, example_inputs: List[Any]) -> Callable:
+    return gm.forward
+
+
+def explain(fn: Callable, backend: Union[str, Callable, None] = None) -> Callable[..., ExplainOutput]:
+    """`explain(fn)(*args, **kwargs)` compiles and runs `fn` once and reports what happened. With
+    a `backend` ("cpp", ...) the graphs are also compiled by it, and the report lists the graphs it
+    ran eagerly instead, with why."""
 
     def inner(*args: Any, **kwargs: Any) -> ExplainOutput:
         frames: List[convert_frame.FrameRecord] = []
         eval_frame.reset()
         convert_frame.compile_listeners.append(frames.append)
         try:
-            eval_frame.optimize(lambda gm, example_inputs: gm.forward)(fn)(*args, **kwargs)
+            eval_frame.optimize(backend if backend is not None else _no_backend)(fn)(*args, **kwargs)
+            fallbacks = list(counters.fallbacks)
         finally:
             convert_frame.compile_listeners.remove(frames.append)
             eval_frame.reset()
-        return ExplainOutput.from_frames(frames)
+        out = ExplainOutput.from_frames(frames)
+        out.backend_fallbacks = fallbacks
+        return out
 
     return inner
 

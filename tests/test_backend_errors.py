@@ -202,6 +202,8 @@ def test_internal_compile_failure_of_our_backend_runs_the_graph_eagerly(backend,
         out = minidynamo.compile(_values, backend=backend)(x)
     assert_close(out, _values(x))
     assert "falling back to eager" in caplog.text
+    assert minidynamo.stats()["backend_fallbacks"] >= 1
+    assert "internal code generator failure" in str(minidynamo.counters.fallbacks[-1])
     monkeypatch.setattr(minidynamo.config, "strict", True)
     minidynamo.reset()
     with pytest.raises(BackendCompilerFailed, match="internal code generator failure"):
@@ -228,6 +230,7 @@ def test_internal_failure_while_running_a_compiled_graph_runs_it_eagerly(backend
     with caplog.at_level(logging.WARNING):
         assert_close(compiled(xt), xt.exp() + 1)
     assert "internal run failure" in caplog.text
+    assert str(minidynamo.counters.fallbacks[-1]).endswith("the compiled graph raised RuntimeError: internal run failure")
     monkeypatch.setattr(minidynamo.config, "strict", True)
     with pytest.raises(RuntimeError, match="internal run failure"):
         compiled(xt)

@@ -16,6 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import config
+from ..counters import record_fallback
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,19 @@ def has_unused_ops(gm: torch.fx.GraphModule) -> bool:
     return any(n.op in ("call_function", "call_method", "call_module") and not n.users for n in gm.graph.nodes)
 
 
+def eager_reason(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional[str]:
+    """Why the code generators leave this graph to eager torch, or None."""
+    if not static_tensors(example_inputs):
+        return "symbolic sizes or non-tensor inputs"
+    if under_functorch(gm, example_inputs):
+        return "traced inside a torch.func transform"
+    if sets_grad_mode(gm):
+        return "the graph switches grad mode"
+    if calls_traced_body(gm):
+        return "a subgraph run under checkpoint or a torch.func transform"
+    return None
+
+
 def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
     if not torch.is_grad_enabled():
         return False
@@ -86,23 +100,27 @@ class CodegenBackend:
         self.__name__ = name
         self.compile_graph = compile_graph
 
+    def _eager(self, gm: torch.fx.GraphModule, reason: str) -> Callable:
+        record_fallback(self.__name__, reason)
+        return gm.forward
+
     def _fallback(self, gm: torch.fx.GraphModule, error: Exception) -> Callable:
         """The graph run eagerly after `error` stopped its compilation (re-raised in strict mode
         unless it says eager rejects the inputs: then eager raises its own error on each call)."""
-        from ..codegen.errors import EagerRejects
+        from ..codegen.errors import CannotCompile, EagerRejects
 
         if isinstance(error, EagerRejects):
-            log.debug("%s backend: eager raises on this graph's inputs: %s", self.__name__, error)
-            return gm.forward
+            return self._eager(gm, f"eager raises on this graph's inputs: {error}")
         if config.strict:
             raise error
-        log.warning("%s backend: falling back to eager", self.__name__, exc_info=error)
-        return gm.forward
+        if not isinstance(error, CannotCompile):
+            log.warning("%s backend: falling back to eager", self.__name__, exc_info=error)
+        return self._eager(gm, f"{type(error).__name__}: {error}")
 
     def compile_inference(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         """Compile a graph whose outputs need no autograd history; eager fallback on any failure."""
         if not static_tensors(example_inputs):
-            return gm.forward
+            return self._eager(gm, "symbolic sizes")
         try:
             # aot_autograd compiles inside its fake mode: buffers and constants made now must be real
             with unset_fake_temporarily():
@@ -135,12 +153,12 @@ class CodegenBackend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor],
                  options: Optional[Dict[str, Any]] = None) -> Callable:
-        if (not static_tensors(example_inputs) or under_functorch(gm, example_inputs) or sets_grad_mode(gm)
-                or calls_traced_body(gm)):
-            return gm.forward
+        reason = eager_reason(gm, example_inputs)
+        if reason is not None:
+            return self._eager(gm, reason)
         if needs_grad(gm, example_inputs):
             if has_recurrent_ops(gm):
-                return gm.forward
+                return self._eager(gm, "recurrent ops (lstm, gru, rnn) with gradients")
             try:
                 return self.compile_autograd(gm, example_inputs)
             except Exception as e:
@@ -152,10 +170,13 @@ class CodegenBackend:
         params = list(gm.parameters())
         call = getattr(compiled, "run", compiled)  # skip a frame where the graph has a plain function
 
+        name = self.__name__
+
         def run(*args):
             # Compiled without autograd: if the caller now wants gradients, keep them correct.
             if torch.is_grad_enabled() and (any(t.requires_grad for t in args)
                                             or any(p.requires_grad for p in params)):
+                record_fallback(name, "a graph compiled without gradients called with inputs that need them")
                 return gm.forward(*args)
             return call(*args)
 

@@ -141,7 +141,7 @@ class CppGraph(CompiledGraph):
     def _generate(self):
         names = _Names({"torch": torch, "_empty": torch.empty_strided,
                         "_nthreads": torch.get_num_threads, "_fix_input": relayout,
-                        "_fix_result": _fix_result, "_fallback": self.fallback,
+                        "_fix_result": _fix_result, "_fallback": self.fallback, "_eager": self.eager,
                         "_unflatten": tree_unflatten, "_spec": self.out_spec,
                         "_run_eagerly_after": run_eagerly_after})
         lines = ["def run(*args):"] + self._input_lines(names)
@@ -156,7 +156,7 @@ class CppGraph(CompiledGraph):
         lines.append(f"    return {self._outputs_code(names)}")
         # The body in a try block (free in CPython 3.11 until something raises).
         lines = [lines[0], "  try:"] + ["  " + line for line in lines[1:]] + [
-            "  except Exception as e:", "    return _run_eagerly_after(e, _fallback, args)"]
+            "  except Exception as e:", "    return _run_eagerly_after(e, _eager, args, 'cpp')"]
         src = "\n".join(lines) + "\n"
         exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), names.globals)
         return src, names.globals["run"]

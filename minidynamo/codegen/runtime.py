@@ -10,6 +10,7 @@ import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import config
+from ..counters import record_fallback
 from .graph_lowering import ExternArg, GraphLowering, OutputSpec, is_dense
 from .ir import Buffer, ExternNode
 from .scheduler import Kernel, Step
@@ -33,13 +34,14 @@ def relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
 log = logging.getLogger(__name__)
 
 
-def run_eagerly_after(error: Exception, fallback: Callable, args: Sequence[Any]) -> Any:
+def run_eagerly_after(error: Exception, fallback: Callable, args: Sequence[Any], backend: str) -> Any:
     """A compiled graph raised: the graph is pure, so eager runs it again and decides. If eager
     raises too, the error is the user's and is raised as eager raises it; if not, it is ours:
     eager's result is returned with a warning (in strict mode the error is raised)."""
     result = fallback(*args)
     if config.strict:
         raise error
+    record_fallback(backend, f"the compiled graph raised {type(error).__name__}: {error}")
     log.warning("compiled graph raised %s: %s; ran it eagerly", type(error).__name__, error,
                 exc_info=error)
     return result
@@ -59,10 +61,19 @@ class CompiledGraph:
     """Runs a graph's steps in order over an environment of buffers; subclasses say how a kernel
     is called (`_kernel_call`)."""
 
+    backend = "codegen"  # the backend's name, for fallback counts
+
     def __init__(self, lowering: GraphLowering, steps: List[Step], rendered: Sequence[Any],
                  source: str, fallback: Callable):
         self.source = source
-        self.fallback = fallback  # for inputs laid out in a way the kernels cannot take
+        self.eager = fallback
+        backend = self.backend
+
+        def relaid_out_eagerly(*args: Any) -> Any:
+            record_fallback(backend, "inputs laid out in a way the kernels cannot take")
+            return fallback(*args)
+
+        self.fallback = relaid_out_eagerly
         self.steps = steps
         self.buffers = lowering.buffers
         self.inputs = [lowering.buffers[n] for n in lowering.input_names]
@@ -106,7 +117,7 @@ class CompiledGraph:
         try:
             return self._run(args)
         except Exception as e:
-            return run_eagerly_after(e, self.fallback, args)
+            return run_eagerly_after(e, self.eager, args, self.backend)
 
     def _run(self, args: Sequence[torch.Tensor]) -> Any:
         env: Dict[str, Any] = dict(self.constants)

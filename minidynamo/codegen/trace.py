@@ -31,6 +31,7 @@ def decompositions() -> Dict:
         aten.elu, aten.softplus, aten.logsumexp, aten.silu, aten.hardsigmoid, aten.hardswish,
         aten.mish, aten.addcmul, aten.addcdiv, aten.lerp, aten.native_batch_norm,
         aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit_functional,
+        aten._native_batch_norm_legit,
     ]))
     # torch's decomposition of CPU flash attention returns the attention weights where the op
     # returns the logsumexp, which the backward reads; it is also ~10x slower than the kernel.
@@ -178,8 +179,30 @@ def _functional_trace(fn, inputs) -> torch.fx.GraphModule:
 
 def _decomposed_trace(fn, inputs) -> torch.fx.GraphModule:
     with torch.no_grad():
-        return make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake",
-                       _allow_non_fake_inputs=True)(*inputs)
+        traced = make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake",
+                         _allow_non_fake_inputs=True)(*inputs)
+    return _alias_prims_as_aten(traced)
+
+
+def _broadcast_in_dim(a: torch.Tensor, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> torch.Tensor:
+    for dim in range(len(shape)):
+        if dim not in broadcast_dimensions:
+            a = a.unsqueeze(dim)
+    return a.expand(shape)
+
+
+def _alias_prims_as_aten(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Functionalization refuses prims ops whose output aliases an input, which decompositions
+    (var_mean, batch norm) leave in a graph: spell them with the ATen views they stand for."""
+    for node in gm.graph.nodes:
+        target = node.target
+        if target is torch.ops.prims.broadcast_in_dim.default:
+            node.target = _broadcast_in_dim
+        elif (isinstance(target, torch._ops.OpOverload) and target.namespace == "prims"
+              and any(r.alias_info is not None for r in target._schema.returns)):
+            raise CannotCompile(f"{target} (a view op of prims) in a graph that mutates inside a decomposition")
+    gm.recompile()
+    return gm
 
 
 def _mutating_op(gm: torch.fx.GraphModule):

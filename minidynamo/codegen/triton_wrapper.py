@@ -128,6 +128,8 @@ def _device_name(device: torch.device) -> str:
 class TritonGraph(CompiledGraph):
     """A compiled graph whose kernels are Triton launches on `device`."""
 
+    backend = "triton"
+
     def __init__(self, lowering: GraphLowering, steps: List[Step], module, rendered: List[TritonKernel],
                  source: str, fallback: Callable, device: torch.device):
         self.device = device
