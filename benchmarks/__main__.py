@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from benchmarks import bench_compile, bench_models, bench_overhead, bench_scaling, bench_zoo, report
+from benchmarks import bench_compile, bench_ddp, bench_models, bench_overhead, bench_scaling, bench_zoo, report
 
 
 def kernels(quick: bool, threads: int) -> dict:
@@ -31,6 +31,7 @@ SECTIONS: Dict[str, Callable[[bool, int], object]] = {
     "models": lambda quick, threads: bench_models.run(quick),
     "scaling": lambda quick, threads: bench_scaling.run(quick),
     "zoo": lambda quick, threads: bench_zoo.run(quick),
+    "ddp": lambda quick, threads: bench_ddp.run(quick),
 }
 
 

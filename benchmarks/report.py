@@ -158,9 +158,20 @@ def _zoo(section: dict) -> List[str]:
                 "torch graphs/breaks", "first call s", "ms per call"], rows)
 
 
+def _ddp(section: dict) -> List[str]:
+    rows = [[r["system"], str(r["parts"] or "-"), str(r["equal"]), _num(r["lead_ms"]), _num(r["step_ms"]),
+             _num(r["eager_step_ms"])] for r in section["rows"]]
+    m = section["model"]
+    return [f"## DDP (2 gloo processes; {m['layers']} x Linear({m['width']}), batch {m['batch']}, "
+            f"bucket_cap_mb={m['bucket_cap_mb']}; `benchmarks/bench_ddp.py`)", "",
+            "lead: ms from the first bucket's all-reduce start to the last one's (≈ end of backward); "
+            "medians over steps after the first.", ""] + \
+        _table(["system", "graphs", "equal to eager DDP", "all-reduce lead ms", "step ms", "eager DDP step ms"], rows)
+
+
 SECTIONS: Dict[str, Callable[[dict], List[str]]] = {
     "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
-    "zoo": _zoo}
+    "zoo": _zoo, "ddp": _ddp}
 
 
 def markdown(results: dict) -> str:

@@ -19,6 +19,9 @@ verify: bool = os.environ.get("MINIDYNAMO_VERIFY", "") == "1"
 # Tolerances for backends that do not run torch's own kernels (None: torch.testing's per dtype).
 verify_rtol: Optional[float] = None
 verify_atol: Optional[float] = None
+# Graphs traced inside DistributedDataParallel's forward are compiled in parts, one per gradient
+# bucket, so each bucket's all-reduce overlaps the rest of backward (see ddp_split.py).
+optimize_ddp: bool = True
 
 
 class _ConfigModule(types.ModuleType):

@@ -28,6 +28,7 @@ from .dynamic_shapes import (
     symbolic_context,
 )
 from .backends.registry import backend_name
+from .ddp_split import compile_for_ddp
 from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
 from .guards import Guard, GuardKind, capture_global_state
@@ -251,6 +252,9 @@ class OutputGraph:
         """The tracker of `tensor` if the graph already takes it as an input."""
         return self._inputs_by_id.get(id(tensor))
 
+    def _real_inputs(self) -> List[Any]:
+        return [self.source_value(arg.load_source()) for arg in self.graphargs]
+
     def source_value(self, source: Source) -> Any:
         """The value `source` names in the frame as it was entered."""
         return read_value(source, {**self.namespaces, "L": self.f_locals, "G": self.f_globals})
@@ -384,8 +388,11 @@ class OutputGraph:
             return None
         start = time.perf_counter()
         name = backend_name(self.compiler_fn)
+        examples = [arg.example for arg in self.graphargs]
         try:
-            compiled = self.compiler_fn(self.graph_module, [arg.example for arg in self.graphargs])
+            compiled = compile_for_ddp(self.compiler_fn, self.graph_module, examples, self._real_inputs)
+            if compiled is None:
+                compiled = self.compiler_fn(self.graph_module, examples)
         except Exception as e:
             raise BackendCompilerFailed(name, e) from e
         if not callable(compiled):

@@ -72,3 +72,13 @@ def test_zoo_worker_measures_a_model_and_the_report_renders_it():
            "torch_error": "not run"}
     text = "\n".join(report.SECTIONS["zoo"]({"rows": [row]}))
     assert "| convnext | vision CNN | 1 / 0 |" in text and "not run" in text
+
+
+def test_ddp_section_renders_its_rows():
+    from benchmarks import bench_ddp, report
+
+    row = {"system": "minidynamo cpp, split per bucket", "parts": 8, "equal": True, "lead_ms": 116.9,
+           "step_ms": 265.0, "eager_step_ms": 233.6}
+    text = "\n".join(report.SECTIONS["ddp"]({"rows": [row], "model": bench_ddp.MODEL}))
+    assert "| minidynamo cpp, split per bucket | 8 | True | 116.90 | 265.00 | 233.60 |" in text
+    assert "bucket_cap_mb=1.0" in text
