@@ -20,7 +20,7 @@ verify: bool = os.environ.get("MINIDYNAMO_VERIFY", "") == "1"
 verify_rtol: Optional[float] = None
 verify_atol: Optional[float] = None
 # Graphs traced inside DistributedDataParallel's forward are compiled in parts, one per gradient
-# bucket, so each bucket's all-reduce overlaps the rest of backward (see ddp_split.py).
+# bucket, so each bucket's all-reduce overlaps the rest of backward (see backends/ddp_split.py).
 optimize_ddp: bool = True
 
 

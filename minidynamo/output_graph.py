@@ -28,7 +28,7 @@ from .dynamic_shapes import (
     symbolic_context,
 )
 from .backends.registry import backend_name
-from .ddp_split import compile_for_ddp
+from .backends.ddp_split import compile_for_ddp
 from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
 from .guards import Guard, GuardKind, capture_global_state

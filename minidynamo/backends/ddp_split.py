@@ -11,7 +11,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.split_module import split_module
 
-from . import config
+from .. import config
 
 
 def active_ddp_module() -> Optional[torch.nn.Module]:
