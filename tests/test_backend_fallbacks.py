@@ -55,16 +55,23 @@ def test_batch_norm_updating_running_stats_without_grad_is_a_counted_fallback(ca
     assert "mutates its inputs" in str(fallbacks[-1])
 
 
-def test_graph_inside_a_torch_func_transform_is_named_by_explain(backend):  # noqa: F811
+def test_graph_calling_a_torch_func_transform_is_named_by_explain(backend):  # noqa: F811
     def fn(x):
         return torch.func.grad(lambda y: (y.sin() * 2).sum())(x)
 
     x = torch.randn(5)
     report = minidynamo.explain(fn, backend=backend)(x)
-    assert [f.reason for f in report.backend_fallbacks] == ["traced inside a torch.func transform"]
+    assert [f.reason for f in report.backend_fallbacks] == ["a subgraph run under checkpoint or a torch.func transform"]
     assert report.backend_fallbacks[0].backend == backend
     assert "--- run eagerly by the backend ---" in str(report)
     assert minidynamo.explain(fn)(x).backend_fallbacks == []  # no backend: nothing is compiled
+
+
+def test_graph_compiled_inside_a_torch_func_transform_is_counted(backend):  # noqa: F811
+    compiled = minidynamo.compile(lambda y: (y.cos() * 3).sum(), backend=backend)
+    x = torch.randn(4)
+    torch.testing.assert_close(torch.func.grad(compiled)(x), -3 * x.sin())
+    assert [f.reason for f in fallbacks] == ["traced inside a torch.func transform"]
 
 
 def test_explain_with_a_backend_reports_no_fallback_when_there_is_none(backend):  # noqa: F811
@@ -111,7 +118,7 @@ def test_fallbacks_are_logged_on_their_channel_and_cleared_by_reset(backend, cap
     finally:
         minidynamo.set_logs()
     assert "[minidynamo.fallbacks]" in capsys.readouterr().err
-    assert "ran a graph eagerly: traced inside a torch.func transform" in caplog.text
+    assert "ran a graph eagerly: a subgraph run under checkpoint or a torch.func transform" in caplog.text
     minidynamo.compile(lambda x: torch.func.grad(lambda y: y.sin().sum())(x), backend=backend)(torch.randn(3))
     assert _fallback_count() >= 1
     minidynamo.reset()
