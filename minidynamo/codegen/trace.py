@@ -64,21 +64,28 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
     if target is not None:
         raise CannotCompile(f"graph mutates its inputs ({target})")
     _restore_originals(traced, stand_ins)
-    _prefer_eager_strides(traced, check_eager_accepts(gm, example_inputs))
+    _match_eager_outputs(traced, check_eager_accepts(gm, example_inputs))
     return traced, inputs
 
 
-def _prefer_eager_strides(traced: torch.fx.GraphModule, strides: Sequence[Optional[Tuple[int, ...]]]) -> None:
-    """Mark the outputs whose eager strides differ from the traced ones only in dimensions of size 0
-    or 1, where the stride is each kernel's choice (meta kernels may choose another): the lowering
-    lays them out as eager does (meta "eager_stride"), since `y.stride()` shows the difference."""
+def _match_eager_outputs(traced: torch.fx.GraphModule, layouts: Sequence[Optional[Tuple[Tuple[int, ...], torch.dtype]]]) -> None:
+    """Refuse a graph whose outputs eager's kernels make in another dtype than the meta kernels say
+    (CPU batch norm keeps float statistics of bf16 inputs: autograd would hand the backward the
+    wrong dtype). Mark the outputs whose eager strides differ from the traced ones only in dimensions
+    of size 0 or 1, where the stride is each kernel's choice (meta kernels may choose another): the
+    lowering lays them out as eager does (meta "eager_stride"), since `y.stride()` shows the difference."""
     output = next(n for n in traced.graph.nodes if n.op == "output")
     nodes = tree_flatten(output.args[0])[0]
-    if len(nodes) != len(strides):
+    if len(nodes) != len(layouts):
         return
-    for node, stride in zip(nodes, strides):
+    for node, layout in zip(nodes, layouts):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if stride is None or not isinstance(val, torch.Tensor) or val.dim() != len(stride):
+        if layout is None or not isinstance(val, torch.Tensor):
+            continue
+        stride, dtype = layout
+        if dtype != val.dtype:
+            raise CannotCompile(f"eager makes {node.name} in {dtype}, the meta kernels in {val.dtype}")
+        if val.dim() != len(stride):
             continue
         traced_stride = tuple(val.stride())
         if traced_stride != stride and all(a == b or size <= 1 for size, a, b in zip(val.shape, traced_stride, stride)):
@@ -149,14 +156,14 @@ def check_eager_accepts_copies(gm: torch.fx.GraphModule, example_inputs: Sequenc
         check_eager_accepts(_with_stand_ins(gm, {}, copy_values=True), [_copy(t) for t in example_inputs])
 
 
-def check_eager_accepts(gm: torch.fx.GraphModule,
-                        example_inputs: Sequence[torch.Tensor]) -> List[Optional[Tuple[int, ...]]]:
+def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
+                        ) -> List[Optional[Tuple[Tuple[int, ...], torch.dtype]]]:
     """Run `gm` eagerly once on the example inputs (zeros for fake ones) and raise EagerRejects if
     eager raises. Decompositions and lowerings accept what eager's kernels refuse (softmax of
     uint8, max over an empty dim); with sizes and dtypes fixed by the guards, eager's answer for
     these inputs is its answer for every call. The graph mutates nothing (checked by the trace);
-    random ops draw from a saved and restored generator state. Returns the strides of eager's
-    outputs (flattened; None for what is not a tensor)."""
+    random ops draw from a saved and restored generator state. Returns the strides and dtypes of
+    eager's outputs (flattened; None for what is not a tensor)."""
     with unset_fake_temporarily():
         inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
                   if isinstance(t, FakeTensor) else t for t in example_inputs]
@@ -167,7 +174,7 @@ def check_eager_accepts(gm: torch.fx.GraphModule,
                 outputs = gm.forward(*inputs)  # not gm(): on an error that prints the graph code to stderr
         except Exception as e:
             raise EagerRejects(f"{type(e).__name__}: {e}") from e
-    return [tuple(t.stride()) if isinstance(t, torch.Tensor) else None for t in tree_flatten(outputs)[0]]
+    return [(tuple(t.stride()), t.dtype) if isinstance(t, torch.Tensor) else None for t in tree_flatten(outputs)[0]]
 
 
 def _functional_trace(fn, inputs) -> torch.fx.GraphModule:
