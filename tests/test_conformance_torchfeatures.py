@@ -442,6 +442,50 @@ def f_jacrev_of_jacfwd(x):
     return jacrev(jacfwd(lambda y: (y ** 3).sum()))(x)
 
 
+def _autograd_facts(y, z):
+    """Branches on what the transform shows its function (eager: requires_grad only at argnums)."""
+    scale = (2.0 if y.requires_grad else 3.0) + (5.0 if z.requires_grad else 7.0)
+    return (y * z * scale).sum() if y.is_leaf else (y * z).sum()
+
+
+def f_grad_reads_requires_grad(x, w):
+    return grad(_autograd_facts)(x, w)
+
+
+def f_grad_argnums1_reads_requires_grad(x, w):
+    return grad(_autograd_facts, argnums=1)(x, w)
+
+
+def f_jacrev_reads_requires_grad(x, w):
+    return jacrev(lambda y, z: _autograd_facts(y, z) * y, argnums=(0, 1))(x, w)
+
+
+def f_jacfwd_reads_requires_grad(x, w):
+    return jacfwd(lambda y, z: _autograd_facts(y, z) * y)(x, w)
+
+
+def f_hessian_reads_requires_grad(x, w):
+    return hessian(lambda y: _autograd_facts(y, w) * y.sum())(x)
+
+
+def f_vmap_reads_requires_grad(x, w):
+    return vmap(_autograd_facts)(x, w)
+
+
+AUTOGRAD_FACTS = {f.__name__: (f, args) for f, args in [
+    (f_grad_reads_requires_grad, (r(4), r(4))), (f_grad_argnums1_reads_requires_grad, (r(4), r(4, grad=True))),
+    (f_jacrev_reads_requires_grad, (r(3), r(3))), (f_jacfwd_reads_requires_grad, (r(3), r(3))),
+    (f_hessian_reads_requires_grad, (r(3), r(3))), (f_vmap_reads_requires_grad, (r(2, 3), r(2, 3, grad=True))),
+]}
+
+
+@pytest.mark.parametrize("name", sorted(AUTOGRAD_FACTS))
+@reference_only_skip("torch 2.13 traces the function on the caller's tensors: requires_grad reads answer wrongly")
+def test_function_transform_shows_its_function_eagers_autograd_facts(name):
+    fn, args = AUTOGRAD_FACTS[name]
+    assert_same(fn, args, graphs=1)
+
+
 TRANSFORMS = {f.__name__: (f, args) for f, args in [
     (f_grad, r(5)), (f_grad_lambda, r(3, 2)), (f_grad_argnums1, (r(4), r(4))), (f_grad_argnums_tuple, (r(4), r(4))),
     (f_grad_has_aux, r(4)), (f_grad_aux_tuple, r(4)), (f_grad_closure_tensor, r(4)), (f_grad_global_module, r(2, 4)),

@@ -175,23 +175,40 @@ def _vmap_example(options: Dict[str, Any]) -> Callable[[int, torch.Tensor], torc
     def example(position: int, tensor: torch.Tensor) -> torch.Tensor:
         dim = in_dims[position] if isinstance(in_dims, (tuple, list)) else in_dims
         if dim is None:
-            return tensor
+            return _leaf(tensor, False)
         if not isinstance(dim, int):
             unimplemented("vmap with nested in_dims")
-        return tensor.select(dim, 0)
+        return _leaf(tensor.select(dim, 0), False)
 
     return example
 
 
-def _same_example(options: Dict[str, Any]) -> Callable[[int, torch.Tensor], torch.Tensor]:
-    """Differentiating transforms hand `f` tensors of the arguments' own shapes."""
-    return lambda position, tensor: tensor
+def _leaf(tensor: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """A tensor as a transform's function sees it: a leaf, requiring gradients as eager shows
+    inside the transform (facts the function may read and branch on)."""
+    return tensor.detach().requires_grad_(requires_grad)
+
+
+def _reverse_mode_example(options: Dict[str, Any]) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """grad, jacrev and hessian hand `f` leaves of the arguments' shapes that require gradients
+    exactly at the positions `argnums` names."""
+    argnums = options.get("argnums", 0)
+    wanted = set(argnums) if isinstance(argnums, (tuple, list)) else {argnums}
+    if any(not isinstance(n, int) or n < 0 for n in wanted):
+        unimplemented("a torch.func transform with negative or non-integer argnums")
+    return lambda position, tensor: _leaf(tensor, position in wanted)
+
+
+def _forward_mode_example(options: Dict[str, Any]) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """jacfwd hands `f` leaves of the arguments' shapes that do not require gradients."""
+    return lambda position, tensor: _leaf(tensor, False)
 
 
 # transform -> what its function sees of each argument (given the transform's options)
 _TRANSFORMS: Dict[Any, Callable[[Dict[str, Any]], Callable[[int, torch.Tensor], torch.Tensor]]] = {
-    torch.func.grad: _same_example, torch.func.grad_and_value: _same_example, torch.func.jacrev: _same_example,
-    torch.func.jacfwd: _same_example, torch.func.hessian: _same_example, torch.func.vmap: _vmap_example,
+    torch.func.grad: _reverse_mode_example, torch.func.grad_and_value: _reverse_mode_example,
+    torch.func.jacrev: _reverse_mode_example, torch.func.hessian: _reverse_mode_example,
+    torch.func.jacfwd: _forward_mode_example, torch.func.vmap: _vmap_example,
 }
 
 
