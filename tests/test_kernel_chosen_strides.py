@@ -44,3 +44,22 @@ def test_generated_outputs_take_eagers_layout(backend):
     actual = graph_compiler(backend)(gm, [a])(a)[0]
     torch.testing.assert_close(actual, expected)
     assert actual.stride() == expected.stride() == (1, 1)
+
+
+def test_expanded_output_keeps_eagers_zero_strides(backend):  # noqa: F811
+    """An expanded output was returned as a dense copy: a later `.view(-1)` then succeeded where
+    eager's raises (fuzz seed 121636). Such a graph runs eagerly, as a counted fallback."""
+    def expanded(a):
+        y = a.sum(-1, keepdim=True) + a
+        return y.expand(2, *y.shape)
+
+    def then_view(a):
+        return expanded(a).view(-1)
+
+    a = torch.randn(3, 2, 4, 5)
+    got, want = minidynamo.optimize(backend)(expanded)(a), expanded(a)
+    assert got.stride() == want.stride() and torch.equal(got, want)
+    minidynamo.reset()
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        minidynamo.optimize(backend)(then_view)(a)
+    assert "expanded view" in str(minidynamo.counters.fallbacks[-1])

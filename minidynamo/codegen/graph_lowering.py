@@ -302,6 +302,10 @@ class GraphLowering:
             else:
                 meta = n.meta.get("val")
                 stride = n.meta.get("eager_stride") or (meta.stride() if isinstance(meta, torch.Tensor) else None)
+                if stride is not None and any(st == 0 and size > 1 for size, st in zip(v.size, stride)):
+                    # an expanded view: a dense copy would let a later `.view()` succeed where
+                    # eager's raises (fuzz seed 121636)
+                    raise CannotCompile(f"output {n.name} is an expanded view (strides {tuple(stride)})")
                 if stride is not None and not is_dense(v.size, stride):
                     stride = None
                 s = self._claim(self.realize(v, stride), stride, key, owners)
