@@ -91,7 +91,6 @@ def compile_split(compiler_fn: Callable, gm: torch.fx.GraphModule, example_input
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     fakes = [fake_mode.from_tensor(t) for t in example_inputs]
     _CompileEachPart(split_gm, compiler_fn, fake_mode).run(*fakes)
-    split_gm.ddp_parts = len(set(parts.values()))
     return split_gm.forward
 
 
