@@ -240,6 +240,22 @@ def originals_of_copies(memo: Dict[Any, Any]) -> Dict[int, Any]:
     return {id(c): by_id[k] for k, c in memo.items() if isinstance(k, int) and k in by_id and c is not by_id[k]}
 
 
+def attributes_lost_in_copying(memo: Dict[Any, Any]) -> Dict[int, Dict[str, Any]]:
+    """id(copy) -> {name: value} of the original's attributes its copy lacks (a `__getstate__`
+    may leave some out, as torch's optimizers do), taken before either run."""
+    by_id = {id(original): original for original in memo.get(id(memo), ())}
+    lost: Dict[int, Dict[str, Any]] = {}
+    for key, twin in memo.items():
+        original = by_id.get(key) if isinstance(key, int) else None
+        if original is None or twin is original or not hasattr(twin, "__dict__") \
+                or not hasattr(original, "__dict__"):
+            continue
+        missing = {n: v for n, v in vars(original).items() if n not in vars(twin)}
+        if missing:
+            lost[id(twin)] = missing
+    return lost
+
+
 # ---- global state and random number generators ----
 
 
@@ -318,8 +334,10 @@ class Comparer:
     """Walks an eager result and a compiled result together. `originals` maps id(eager copy) to
     the real object it was copied from: where eager has the copy, compiled must have the original."""
 
-    def __init__(self, originals: Dict[int, Any], exact: bool) -> None:
+    def __init__(self, originals: Dict[int, Any], exact: bool,
+                 lost: Optional[Dict[int, Dict[str, Any]]] = None) -> None:
         self.originals = originals
+        self.lost = lost or {}
         self.original_ids = {id(o) for o in originals.values()}
         self.exact = exact
         self.pairs: Dict[int, Tuple[Any, str]] = {}  # id(eager object) -> (compiled object, first path)
@@ -413,7 +431,10 @@ class Comparer:
 
     def _attributes(self, e: Any, c: Any, path: str) -> None:
         e_vars, c_vars = vars(e), vars(c)
-        missing = sorted(set(e_vars) - set(c_vars)) + sorted(set(c_vars) - set(e_vars))
+        lost = self.lost.get(id(e), {})
+        # an attribute the copy never had, which the compiled run left as it was, is no difference
+        unchanged = {n for n in set(c_vars) - set(e_vars) if n in lost and c_vars[n] is lost[n]}
+        missing = sorted(set(e_vars) - set(c_vars)) + sorted(set(c_vars) - set(e_vars) - unchanged)
         if missing:
             raise _Mismatch(path, f"attribute {missing[0]!r} set in only one run", sorted(e_vars), sorted(c_vars))
         for name in e_vars:
@@ -729,6 +750,7 @@ def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) 
         counts["unverified"] += 1
         return run_with_callback(fn, args, kwargs, callback)
     copies = [_copy_slot(slot.get(), memo) for slot in slots]
+    lost = attributes_lost_in_copying(memo)
     state, rng = GlobalState.capture(), rng_state()
     eager = run_eager(*call_copy, slots, copies)
     eager.rng = rng_state()
@@ -741,7 +763,7 @@ def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) 
         raise compiled.exc
     counts["verified"] += 1
     try:
-        _compare_call(Comparer(originals_of_copies(memo), verified.exact), eager, compiled, call_copy,
+        _compare_call(Comparer(originals_of_copies(memo), verified.exact, lost), eager, compiled, call_copy,
                       (fn, args, kwargs), slots, verified.names)
     except _Mismatch as m:
         raise VerifyError(_where_called(fn), m.path, describe(m.expected), describe(m.got), m.detail,

@@ -271,6 +271,37 @@ def test_module_state_rng_and_exceptions():
         minidynamo.optimize("eager")(raises)(torch.ones(1))
 
 
+class DropsOnCopy:
+    """Like torch's optimizers: `__getstate__` leaves `_warned` out, so copies lack it."""
+
+    def __init__(self):
+        self.steps = 0
+        self._warned = True
+
+    def __getstate__(self):
+        return {"steps": self.steps}
+
+
+def test_attribute_a_copy_lacks_is_no_difference_unless_a_run_changes_it():
+    holder = DropsOnCopy()
+
+    def step(x):
+        holder.steps += 1
+        return x + holder.steps
+
+    assert minidynamo.optimize("eager")(step)(torch.zeros(2)).tolist() == [1.0, 1.0]
+    assert holder.steps == 1 and holder._warned is True
+
+    def wrong_backend(gm, example_inputs):
+        def run(*args):
+            holder._warned = "changed"
+            return gm.forward(*args)
+        return run
+
+    with pytest.raises(VerifyError, match="attribute '_warned' set in only one run"):
+        minidynamo.optimize(wrong_backend)(step)(torch.zeros(2))
+
+
 def test_random_python_and_torch_numbers():
     def f(x):
         return x + torch.rand(2) + random.random()
