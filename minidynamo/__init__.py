@@ -8,6 +8,7 @@ from .explain import ExplainOutput, explain
 from .frame_hook import GuardedCode
 from .eval_frame import disable, optimize, optimize_with_callback, reset, run
 from .logs import set_logs
+from .perf import profile
 from .verify import VerifyError
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "lookup_backend",
     "optimize",
     "optimize_with_callback",
+    "profile",
     "register_backend",
     "reset",
     "run",

@@ -4,7 +4,8 @@ Each channel is the logger `minidynamo.<channel>`. Turning one on sets its level
 stderr handler on the `minidynamo` logger; turning all off removes it. The per-frame channels are
 written by a compile listener (explain.log_frame) that is installed only while one of them is on
 (see `watch`), so logs cost nothing when off. `recompiles` is written by the guard code itself,
-`fallbacks` by the code generators' backends (counters.record_fallback).
+`fallbacks` by the code generators' backends (counters.record_fallback), `perf` by
+profiled cpp graphs (perf.py: per-step times, logged at exit).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import os
 import sys
 from typing import Callable, Iterable, List, Set, Union
 
-CHANNELS = ("graph", "guards", "recompiles", "breaks", "bytecode", "output_code", "fallbacks")
+CHANNELS = ("graph", "guards", "recompiles", "breaks", "bytecode", "output_code", "fallbacks", "perf")
 ENV_VAR = "MINIDYNAMO_LOGS"
 # The channels written from each converted frame's record.
 FRAME_CHANNELS = ("graph", "guards", "breaks", "bytecode", "output_code")

@@ -40,7 +40,7 @@ LAYERS: List[List[str]] = [
      "minidynamo.dynamic_shapes", "minidynamo.global_state", "minidynamo.bytecode_transformation",
      "minidynamo.bytecode_analysis", "minidynamo.pycodegen", "minidynamo.resume_execution", "minidynamo.pyversion",
      "minidynamo.skip_policy", "minidynamo.frame_hook", "minidynamo.counters", "minidynamo.config",
-     "minidynamo.logs", "minidynamo.exc", "minidynamo.polyfills"],
+     "minidynamo.logs", "minidynamo.perf", "minidynamo.exc", "minidynamo.polyfills"],
 ]
 
 

@@ -145,10 +145,16 @@ class CodegenBackend:
             out.args = ((out.args[0],),)
             gm.recompile()
 
-        def boxed(g: torch.fx.GraphModule, inputs: List[torch.Tensor]) -> Callable:
-            return make_boxed_func(self.compile_inference(g, inputs))
+        def boxed(role: str) -> Callable:
+            def compile_part(g: torch.fx.GraphModule, inputs: List[torch.Tensor]) -> Callable:
+                compiled = self.compile_inference(g, inputs)
+                if hasattr(compiled, "times"):  # named in profiles
+                    compiled.times.role = role
+                return make_boxed_func(compiled)
+            return compile_part
 
-        compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed, bw_compiler=boxed)
+        compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed("forward"),
+                                         bw_compiler=boxed("backward"))
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor],

@@ -3,14 +3,16 @@ call costs little more than its ctypes calls and allocations (what dominates sma
 large buffers pooled (see _Pooled)."""
 from __future__ import annotations
 
+import collections
 import ctypes
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
+from .. import perf
 from .cpp_render import CppKernel, KernelGroup
 from .graph_lowering import ExternArg, GraphLowering
 from .ir import Buffer, ExternNode, numel
@@ -134,6 +136,7 @@ class CppGraph(CompiledGraph):
         self.groups = list(groups)
         super().__init__(lowering, steps, rendered, source, fallback)
         self.pycode, self.run = self._generate()
+        perf.register(self)
 
     def _build_plan(self, rendered: Sequence[Any]) -> list:
         return []  # the generated function (`run`) replaces the interpreted plan
@@ -143,23 +146,70 @@ class CppGraph(CompiledGraph):
                         "_nthreads": torch.get_num_threads, "_fix_input": relayout,
                         "_fix_result": _fix_result, "_fallback": self.fallback, "_eager": self.eager,
                         "_unflatten": tree_unflatten, "_spec": self.out_spec,
-                        "_run_eagerly_after": run_eagerly_after})
-        lines = ["def run(*args):"] + self._input_lines(names)
+                        "_run_eagerly_after": run_eagerly_after, "_now": perf.now})
+        inputs = self._input_lines(names)
         if any(isinstance(s, Kernel) for s in self.steps):
-            lines.append("    nt = _nthreads()")
+            inputs.append("    nt = _nthreads()")
+        segments = [("wrapper", "inputs", inputs)]
         group_of = {k: grp for grp in self.groups for k in grp.kernels}
         for step in self.steps:
             if not isinstance(step, Kernel):
-                lines += self._extern_lines(step, names)
+                segments.append(("extern", _op_name(step.fn), self._extern_lines(step, names)))
             elif step.name == group_of[step.name].kernels[0]:
-                lines += self._group_lines(group_of[step.name], names)
-        lines.append(f"    return {self._outputs_code(names)}")
+                group = group_of[step.name]
+                allocs, call = self._group_lines(group, names)
+                if allocs:
+                    segments.append(("alloc", f"{group.name} outputs", allocs))
+                segments.append(("kernel", self._describe(group), call))
+        self._segments = segments
+        self._globals = names.globals
+        self._result = self._outputs_code(names)
+        self.times = perf.GraphTimes(perf.new_number(), "inference", [s[:2] for s in segments])
+        names.globals["_prof"] = self.times
+        run = self._compile(False)
+        return self._source, run
+
+    def _compile(self, profiled: bool):
+        """The call as a function: plain, or reading the clock after each segment (`profiled`)."""
+        lines = ["    _t = _t0 = _now()"] if profiled else []
+        for i, (_, _, body) in enumerate(self._segments):
+            lines += body
+            if profiled:
+                lines.append(f"    _t = _prof.tick({i}, _t)")
+        if profiled:
+            lines += [f"    _r = {self._result}", "    _prof.call(_t0)", "    return _r"]
+        else:
+            lines.append(f"    return {self._result}")
         # The body in a try block (free in CPython 3.11 until something raises).
-        lines = [lines[0], "  try:"] + ["  " + line for line in lines[1:]] + [
+        lines = ["def run(*args):", "  try:"] + ["  " + line for line in lines] + [
             "  except Exception as e:", "    return _run_eagerly_after(e, _eager, args, 'cpp')"]
         src = "\n".join(lines) + "\n"
-        exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), names.globals)
-        return src, names.globals["run"]
+        if not profiled:
+            self._source = src
+        exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), self._globals)
+        return self._globals["run"]
+
+    def instrument(self, on: bool) -> None:
+        """Swap the call's code (callers hold the function itself) for the profiled one or back."""
+        if on and not hasattr(self, "_profiled_code"):
+            self._plain_code = self.run.__code__
+            self._profiled_code = self._compile(True).__code__
+        if hasattr(self, "_profiled_code"):
+            self.run.__code__ = self._profiled_code if on else self._plain_code
+
+    def _describe(self, group: KernelGroup) -> str:
+        """A kernel group as its kernels' iteration spaces and what each computes."""
+        by_name = {s.name: s for s in self.steps if isinstance(s, Kernel)}
+        parts = []
+        for name in group.kernels:
+            k = by_name[name]
+            kinds = collections.Counter(kn.node.kind if kn.is_reduction else "pw" for kn in k.knodes())
+            inner = {tuple(st.inner) for st in k.stages if st.inner}
+            shape = "x".join(map(str, k.outer)) or "1"
+            if inner:
+                shape += " * " + ",".join("x".join(map(str, i)) for i in sorted(inner))
+            parts.append(f"[{shape}: {' '.join(f'{n} {c}' for c, n in sorted(kinds.items()))}]")
+        return f"{group.name} " + " ".join(parts)
 
     def _input_lines(self, names: "_Names") -> List[str]:
         """Unpack the inputs, relaying out those with other strides than compiled for."""
@@ -181,13 +231,13 @@ class CppGraph(CompiledGraph):
             names.exact[cname] = False
         return lines
 
-    def _group_lines(self, group: KernelGroup, names: "_Names") -> List[str]:
-        """Allocate what the kernel group writes, then call it."""
+    def _group_lines(self, group: KernelGroup, names: "_Names") -> Tuple[List[str], List[str]]:
+        """Allocating what the kernel group writes, and calling it."""
         fn = getattr(self._lib, group.name)
         fn.argtypes = [ctypes.c_void_p] * len(group.args) + [ctypes.c_int]
         fn.restype = None
         names.globals[f"_{group.name}"] = fn
-        lines = []
+        lines: List[str] = []
         for bname in group.stored:
             buf, v = self.buffers[bname], names.v(bname)
             if buf.dtype.itemsize * max(1, numel(buf.size)) >= _POOL_MIN_BYTES:
@@ -198,7 +248,7 @@ class CppGraph(CompiledGraph):
                              f"{tuple(buf.stride)!r}, dtype={names.const(buf.dtype)})")
             names.exact[bname] = True
         ptrs = "".join(f"{names.v(a)}.data_ptr(), " for a in group.args)
-        return lines + [f"    _{group.name}({ptrs}nt)"]
+        return lines, [f"    _{group.name}({ptrs}nt)"]
 
     def _outputs_code(self, names: "_Names") -> str:
         # an extern op may return None for an output nothing reads (an RNN's reserve space when
@@ -240,7 +290,7 @@ class CppGraph(CompiledGraph):
                     return None
                 if type(a) is tuple:
                     return "(" + "".join(p + ", " for p in parts) + ")"
-                if type(a) is list:
+                if isinstance(a, list):  # fx hands over its immutable_list
                     return "[" + ", ".join(parts) + "]"
                 return None
             if isinstance(a, dict):
@@ -282,6 +332,10 @@ class CppGraph(CompiledGraph):
 
     def __call__(self, *args: torch.Tensor) -> Any:
         return self.run(*args)
+
+
+def _op_name(fn) -> str:
+    return str(fn) if isinstance(fn, torch._ops.OpOverload) else getattr(fn, "__qualname__", repr(fn))
 
 
 def _contains_arg(obj) -> bool:
