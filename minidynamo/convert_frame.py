@@ -170,14 +170,8 @@ class ConvertFrame:
             return None
 
     def convert(self, frame: Any, record: FrameRecord) -> GuardedCode:
-        """Trace the frame (if something unsupported stops it, trace again up to that point and
-        break the graph there, unless nopython), compile the graph, emit the transformed code."""
-        try:
-            output, tracer = self.trace(frame, None)
-        except Unsupported as e:
-            if self.nopython or e.break_index is None:
-                raise
-            output, tracer = self.trace(frame, (e.break_index, e))
+        """Trace the frame, compile the graph, emit the transformed code."""
+        output, tracer = self.trace_with_break(frame, static_scalars=False)
         if tracer.ending is None:
             raise Unsupported("the frame ended without returning")
         graph_fn = output.compile()
@@ -190,14 +184,31 @@ class ConvertFrame:
                                             frame.f_globals, output.namespaces)
         return GuardedCode(record.transformed_code, record.check.fn)
 
-    def trace(self, frame: Any, break_at: Optional[tuple]) -> tuple:
+    def trace_with_break(self, frame: Any, static_scalars: bool) -> tuple:
+        """Trace the frame; where something unsupported stops it, trace again up to there and break
+        the graph (unless nopython). Int locals that vary between calls are traced as symbolic ints
+        only in frames that trace whole: otherwise the frame is traced with them as constants, so
+        a symbolic int never costs a graph break its value would not."""
+        try:
+            return self.trace(frame, None, static_scalars)
+        except Unsupported as e:
+            if e.symbolic_scalars:
+                return self.trace_with_break(frame, static_scalars=True)
+            if self.nopython or e.break_index is None:
+                raise
+            return self.trace(frame, (e.break_index, e), static_scalars)
+
+    def trace(self, frame: Any, break_at: Optional[tuple], static_scalars: bool = False) -> tuple:
         frame_state = self.frame_states.setdefault(frame.f_code, {})
         output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn, frame.f_locals, dynamic=self.dynamic,
-                             frame_state=frame_state)
+                             frame_state=frame_state, static_scalars=static_scalars)
         tracer = InstructionTranslator(frame, output, break_at)
         state = GlobalState.capture()
         try:
             tracer.run()
+        except Unsupported as e:
+            e.symbolic_scalars = output.has_symbolic_scalars()
+            raise
         finally:  # the trace switches modes as the frame would; the frame has not run yet
             state.restore()
         return output, tracer

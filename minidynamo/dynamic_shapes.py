@@ -9,6 +9,7 @@ torch: code often behaves differently for them.
 from __future__ import annotations
 
 import ast
+import math
 import functools
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
@@ -23,6 +24,7 @@ from .source import ChainedSource, Source
 DYNAMIC_DIMS_ATTR = "_dynamo_dynamic_indices"
 STATIC_DIMS_ATTR = "_dynamo_static_indices"
 _SIZES_KEY = "input_sizes"  # frame_state[_SIZES_KEY][source name]: sizes seen, None where they varied
+_SCALARS_KEY = "input_scalars"  # frame_state[_SCALARS_KEY][source name]: the int seen, None once it varied
 
 
 def _dims_in_range(tensor: torch.Tensor, index: Union[int, Sequence[int]], api: str) -> Set[int]:
@@ -69,6 +71,23 @@ def dynamic_dims(value: torch.Tensor, name: str, dynamic: Optional[bool], frame_
             dims |= {d for d, size in enumerate(seen) if size != value.size(d)}
     dims -= _marked(value, STATIC_DIMS_ATTR) - marked
     return tuple(d for d in sorted(dims) if value.size(d) > 1)
+
+
+def dynamic_scalar(value: Union[int, float], name: str, dynamic: Optional[bool], frame_state: Dict[str, Any]) -> bool:
+    """Whether the int or float local `name` is traced as a symbolic graph input: always with
+    dynamic=True, else (automatic) once an earlier compile of the code saw another value there.
+    0 and 1 stay constants, as sizes do, and so do floats that are not finite."""
+    if dynamic is False or value in (0, 1) or not math.isfinite(value):
+        return False
+    history = frame_state.get(_SCALARS_KEY, {})
+    return bool(dynamic) or (name in history and history[name] != value)
+
+
+def remember_scalars(frame_state: Dict[str, Any], scalars: Dict[str, int]) -> None:
+    """Record one compile's int locals; one whose value changed is remembered as varying (None)."""
+    history = frame_state.setdefault(_SCALARS_KEY, {})
+    for name, now in scalars.items():
+        history[name] = now if history.get(name, now) == now else None
 
 
 def has_compiled(frame_state: Dict[str, Any]) -> bool:
@@ -132,11 +151,11 @@ class ShapeEnvSource(torch._guards.Source):
 
 @dataclass
 class SymbolicInput:
-    """A graph input traced with symbolic sizes at `dims`."""
+    """A graph input traced with symbolic sizes at `dims`, or a symbolic int (`fake` a SymInt)."""
 
     source: Source
-    value: torch.Tensor
-    fake: torch.Tensor
+    value: Union[torch.Tensor, int]
+    fake: Union[torch.Tensor, torch.SymInt]
     dims: Tuple[int, ...]
 
 
@@ -149,7 +168,7 @@ def shape_guards(shape_env: ShapeEnv, inputs: List[SymbolicInput]) -> List[str]:
     )
     # static sizes of these tensors are checked by their tensor guards already
     checked = {f"{i.source.name()}.size()[{d}] == {i.value.size(d)}"
-               for i in inputs for d in range(i.value.dim()) if d not in i.dims}
+               for i in inputs if isinstance(i.value, torch.Tensor) for d in range(i.value.dim()) if d not in i.dims}
     return [e for e in exprs if e not in checked]
 
 

@@ -13,6 +13,8 @@ class Unsupported(Exception):
         self.break_index: Optional[int] = None
         # no graph break can help: the whole frame runs as written
         self.whole_frame = False
+        # raised in a trace that had made varying int locals symbolic (see ConvertFrame.convert)
+        self.symbolic_scalars = False
 
 
 class UserFrame:

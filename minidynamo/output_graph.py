@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic
 
 from . import _C
 from .dynamic_shapes import (
@@ -19,10 +20,12 @@ from .dynamic_shapes import (
     SizeSource,
     SymbolicInput,
     dynamic_dims,
+    dynamic_scalar,
     guard_scope,
     has_compiled,
     is_marked,
     new_shape_env,
+    remember_scalars,
     remember_sizes,
     shape_guards,
     symbolic_context,
@@ -84,14 +87,16 @@ class OutputGraph:
     break_reasons: List[Any] = field(default_factory=list)
     dynamic: Optional[bool] = None  # see optimize(dynamic=...)
     frame_state: Dict[str, Any] = field(default_factory=dict)  # shared by the compiles of one code object
+    static_scalars: bool = False  # int locals stay constants even where they vary between calls
 
     def __post_init__(self) -> None:
         self.root = torch.nn.Module()
         self._fake_mode: Optional[FakeTensorMode] = None  # made on first use, see fake_mode()
         self._input_sizes: Dict[str, Tuple[int, ...]] = {}
+        self._input_scalars: Dict[str, int] = {}
         self._symbolic_inputs: List[SymbolicInput] = []
         self._size_inputs: Dict[Any, SymNodeVariable] = {}  # sympy symbol -> its graph input
-        self._inputs_by_source: Dict[str, TensorVariable] = {}
+        self._inputs_by_source: Dict[str, Union[TensorVariable, SymNodeVariable]] = {}
         self._direct_sources: Dict[str, Source] = {}  # see module_lookup.direct_source
         # id(globals dict of a module functions are inlined from) -> its source (see namespaces)
         self.module_globals_sources: Dict[int, Source] = {}
@@ -165,6 +170,31 @@ class OutputGraph:
         self._inputs_by_id[id(value)] = variable
         return variable
 
+    def add_scalar_input(self, tx, source: Source, value: Union[int, float]) -> Optional[SymNodeVariable]:
+        """The int or float local at `source` as a symbolic graph input when it varies between
+        calls (see dynamic_scalar); None where it stays a constant of the trace."""
+        known = self._inputs_by_source.get(source.name())
+        if known is not None:
+            return known
+        self._input_scalars[source.name()] = value
+        if self.static_scalars or not dynamic_scalar(value, source.name(), self.dynamic, self.frame_state):
+            return None
+        shape_env = self.fake_mode(tx, symbolic=True).shape_env
+        if shape_env is None:
+            return None
+        where = ShapeEnvSource(source.name())
+        expr = shape_env.create_unspecified_symbol(value, where, DimDynamic.DYNAMIC)
+        make = shape_env.create_symintnode if type(value) is int else shape_env.create_symfloatnode
+        symbol = make(expr, hint=value, source=where)
+        self.add_guard(Guard(source, GuardKind.TYPE_MATCH, type(value)))
+        variable = SymNodeVariable(self._add_placeholder(source, value), symbol, source)
+        self._symbolic_inputs.append(SymbolicInput(source, value, symbol, ()))
+        self._size_inputs[symbol.node.expr] = self._inputs_by_source[source.name()] = variable
+        return variable
+
+    def has_symbolic_scalars(self) -> bool:
+        return any(not isinstance(i.value, torch.Tensor) for i in self._symbolic_inputs)
+
     def _add_placeholder(self, source: Source, example: Union[torch.Tensor, int],
                          load: Optional[Source] = None) -> torch.fx.Node:
         """A graph input after the existing ones (graph inputs come in the order of `graphargs`)."""
@@ -206,6 +236,7 @@ class OutputGraph:
         """At the end of tracing: remember this compile's input sizes (automatic dynamic shapes),
         and guard on what the trace assumed about symbolic sizes."""
         remember_sizes(self.frame_state, self._input_sizes)
+        remember_scalars(self.frame_state, self._input_scalars)
         if not self._symbolic_inputs:
             return
         exprs = shape_guards(self._fake_mode.shape_env, self._symbolic_inputs)
@@ -346,6 +377,10 @@ class OutputGraph:
         self.guard_mutated_containers_distinct()
         self.outputs = _graph_outputs([*live_values, *self.side_effects.values()])
         self._remove_unused_size_ops({v.node for v in self.outputs})
+        if self.has_symbolic_scalars() and not any(
+                n.op in _CALL_OPS and not n.meta.get("symbolic") for n in self.graph.nodes):
+            # int arithmetic alone is no work for a graph: the frame is traced again with the ints constant
+            unimplemented("a graph of symbolic int arithmetic only")
         if self.outputs or self.has_ops():
             self.graph.output(tuple(t.node for t in self.outputs))
             self.graph_module = torch.fx.GraphModule(self.root, self.graph, class_name="GraphModule")

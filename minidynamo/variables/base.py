@@ -30,6 +30,11 @@ class VariableTracker:
     def as_python_constant(self) -> Any:
         unimplemented(f"{self.describe()} is not a Python constant")
 
+    def exact_value(self) -> Any:
+        """The Python value where code needs the exact one (an index, a key, a range bound): a
+        constant's value; a symbolic number is guarded to stay what it is now."""
+        return self.as_python_constant()
+
     def is_python_constant(self) -> bool:
         try:
             self.as_python_constant()

@@ -16,7 +16,7 @@ from ..exc import unimplemented, unimplemented_frame
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..polyfills import SUBSTITUTES
-from ..source import AttrSource, GetItemSource, MethodCallSource, Source
+from ..source import AttrSource, GetItemSource, LocalSource, MethodCallSource, Source
 from .autograd_function import AutogradFunctionClassVariable, is_custom_autograd_function
 from .base import UnboundMethodCall, VariableTracker
 from .builtin import BuiltinVariable, is_stdlib
@@ -99,6 +99,10 @@ class VariableBuilder:
             if value.is_nested:
                 unimplemented_frame(f"{source.name()} is a nested tensor (torch.nested): nested tensors run eagerly")
             return tx.output.add_graph_input(tx, source, value)
+        if type(value) in (int, float) and isinstance(source, LocalSource):
+            symbolic = tx.output.add_scalar_input(tx, source, value)
+            if symbolic is not None:
+                return symbolic
         if is_constant_value(value):
             self.guard(GuardKind.EQUALS_MATCH, value)
             return ConstantVariable(value, source)

@@ -324,7 +324,7 @@ class BuiltinVariable(VariableTracker):
         return UserDefinedClassVariable(obj.python_type(), source)
 
     def _call_range(self, tx, *args: VariableTracker):
-        bounds = [a.specialize() if isinstance(a, SymNodeVariable) else a.as_python_constant() for a in args]
+        bounds = [a.exact_value() for a in args]
         return ConstantVariable(range(*bounds))
 
     def _call_iter(self, tx, obj: VariableTracker):

@@ -70,7 +70,7 @@ class ConstDictVariable(VariableTracker):
         return super().var_getattr(tx, name)
 
     def getitem(self, tx, key: VariableTracker) -> VariableTracker:
-        k = key.as_python_constant()
+        k = key.exact_value()
         if k in self.items:
             return self.items[k]
         if self.missing is not None:

@@ -49,7 +49,7 @@ class BaseListVariable(VariableTracker):
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         if name == "__getitem__" and len(args) == 1:
-            return self.getitem(tx, args[0].as_python_constant())
+            return self.getitem(tx, args[0].exact_value())
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "index" and len(args) == 1:

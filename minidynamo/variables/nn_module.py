@@ -336,7 +336,7 @@ class NNModuleVariable(VariableTracker):
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         module = self.module
         if name == "__getitem__" and len(args) == 1 and _is_torch_method(module, name, _CONTAINERS):
-            return self.getitem(tx, args[0].as_python_constant())
+            return self.getitem(tx, args[0].exact_value())
         if name == "__len__" and not args and _is_torch_method(module, name, _CONTAINERS):
             self._guard_keys(tx, "_modules")
             return ConstantVariable(len(module))

@@ -52,9 +52,12 @@ class SymNodeVariable(VariableTracker):
     def truthy(self, tx) -> bool:
         return bool(self.example)
 
-    def specialize(self) -> Union[int, bool, float]:
-        """The current value, guarding that it stays so (for code that needs the exact number)."""
-        return self.python_type()(self.example)
+    def exact_value(self) -> Union[int, bool, float]:
+        return self.python_type()(self.example)  # converting asks the shape env, which guards it
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        # attributes without a symbolic form (int.bit_length, float.hex) are read off the exact value
+        return ConstantVariable(self.exact_value()).var_getattr(tx, name)
 
 
 class SliceVariable(VariableTracker):
