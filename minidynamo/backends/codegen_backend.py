@@ -1,7 +1,8 @@
 """What the "cpp" and "triton" backends share: eager fallbacks, gradients through aot_autograd.
 
 Graphs that need gradients go through aot_autograd, with forward and backward both compiled by the
-code generator. Anything it cannot take (symbolic sizes, non-tensor inputs, input mutation,
+code generator. Symbolic sizes compile too (the kernels take them as arguments; see
+codegen/sizes). Anything it cannot take (non-tensor inputs other than sizes, input mutation,
 tensors of a torch.func transform, subgraphs run under checkpoint or a transform, inputs eager
 rejects, an internal error) runs eagerly instead: results are never approximated by dropping work,
 and errors are eager's own.
@@ -42,11 +43,21 @@ def calls_traced_body(gm: torch.fx.GraphModule) -> bool:
     return any(n.op == "call_function" and hasattr(n.target, "traced_body") for n in gm.graph.nodes)
 
 
-def static_tensors(example_inputs: Sequence) -> bool:
-    return all(
-        isinstance(t, torch.Tensor)
-        and not any(isinstance(s, torch.SymInt) for s in (*t.shape, *t.stride()))
-        for t in example_inputs)
+def traceable_examples(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional[List]:
+    """The example inputs the code generators trace: the tensors given when their sizes are static;
+    with symbolic sizes (dynamo passes tensors of one size and the sizes as ints) the graph's own
+    fake inputs, whose sizes are the symbols. None when some input is neither a tensor nor a size."""
+    from ..codegen.sizes import has_symbolic_sizes  # sympy: loaded once a graph compiles
+
+    if all(isinstance(t, torch.Tensor) for t in example_inputs) and not any(map(has_symbolic_sizes, example_inputs)):
+        return list(example_inputs)
+    if any(map(has_symbolic_sizes, example_inputs)):  # aot_autograd's fake inputs
+        return list(example_inputs)
+    metas = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(metas) != len(example_inputs) or not any(map(has_symbolic_sizes, metas)) \
+            or not all(isinstance(m, (torch.Tensor, torch.SymInt)) for m in metas):
+        return None
+    return metas
 
 
 def under_functorch(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
@@ -70,8 +81,8 @@ def has_unused_ops(gm: torch.fx.GraphModule) -> bool:
 
 def eager_reason(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional[str]:
     """Why the code generators leave this graph to eager torch, or None."""
-    if not static_tensors(example_inputs):
-        return "symbolic sizes or non-tensor inputs"
+    if traceable_examples(gm, example_inputs) is None:
+        return "inputs that are neither tensors nor symbolic sizes"
     if under_functorch(gm, example_inputs):
         return "traced inside a torch.func transform"
     if sets_grad_mode(gm):
@@ -84,7 +95,8 @@ def eager_reason(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional
 def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
     if not torch.is_grad_enabled():
         return False
-    return any(t.requires_grad for t in inputs) or any(p.requires_grad for p in gm.parameters())
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs) \
+        or any(p.requires_grad for p in gm.parameters())
 
 
 class CodegenBackend:
@@ -119,8 +131,6 @@ class CodegenBackend:
 
     def compile_inference(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         """Compile a graph whose outputs need no autograd history; eager fallback on any failure."""
-        if not static_tensors(example_inputs):
-            return self._eager(gm, "symbolic sizes")
         try:
             # aot_autograd compiles inside its fake mode: buffers and constants made now must be real
             with unset_fake_temporarily():
@@ -162,6 +172,7 @@ class CodegenBackend:
         reason = eager_reason(gm, example_inputs)
         if reason is not None:
             return self._eager(gm, reason)
+        example_inputs = traceable_examples(gm, example_inputs)
         if needs_grad(gm, example_inputs):
             if has_recurrent_ops(gm):
                 return self._eager(gm, "recurrent ops (lstm, gru, rnn) with gradients")
@@ -180,7 +191,7 @@ class CodegenBackend:
 
         def run(*args):
             # Compiled without autograd: if the caller now wants gradients, keep them correct.
-            if torch.is_grad_enabled() and (any(t.requires_grad for t in args)
+            if torch.is_grad_enabled() and (any(isinstance(t, torch.Tensor) and t.requires_grad for t in args)
                                             or any(p.requires_grad for p in params)):
                 record_fallback(name, "a graph compiled without gradients called with inputs that need them")
                 return gm.forward(*args)

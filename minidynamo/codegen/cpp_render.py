@@ -14,10 +14,11 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import torch
 
 from .cpp_prelude import PRELUDE
-from .cpp_tuning import CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, runs_in_parallel
+from .cpp_tuning import CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
 from .render import KernelRenderer, Scope, flat_inner, index_code, is_inner_var
 from .scheduler import Kernel, KNode, Stage, Step
+from .sizes import is_symbolic, size_code
 
 CTYPES = {
     torch.float32: "float", torch.float64: "double", torch.int8: "int8_t", torch.uint8: "uint8_t",
@@ -66,8 +67,9 @@ class CppRenderer(KernelRenderer):
 
     OPS = _OPS
 
-    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer]):
+    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer], symbols: Sequence[str] = ()):
         super().__init__(kernel, buffers)
+        self.symbols = list(symbols)  # size symbols, int64 parameters before nthreads
         self.tuning = CppTuning(kernel, buffers)
         self.outer = CppScope([])
         self.loop: Optional[CppScope] = None
@@ -180,17 +182,17 @@ class CppRenderer(KernelRenderer):
                 if d == 0 and parallel and par_dims:
                     collapse = f" collapse({par_dims})" if par_dims > 1 else ""
                     pragma = (f"#pragma omp parallel for{collapse} num_threads(nthreads) "
-                              "if(nthreads > 1) schedule(static)")
+                              f"if({parallel_if(k)}) schedule(static)")
                 if d == n - 1 and pure and not pragma:
                     pragma = "#pragma omp simd"
-                loops.append((pragma, f"for (int64_t p{d} = 0; p{d} < {size}; p{d}++) {{"))
+                loops.append((pragma, f"for (int64_t p{d} = 0; p{d} < {size_code(size)}; p{d}++) {{"))
             body = _nest(loops, body)
         args = sorted(self.reads | k.stored)
         params = []
         for a in args:
             qual = "" if a in k.stored else "const "
             params.append(f"{qual}{CTYPES[self.buffers[a].dtype]}* __restrict__ {a}")
-        params.append("int nthreads")
+        params += [f"int64_t {s}" for s in self.symbols] + ["int nthreads"]
         src = f'static void {k.name}({", ".join(params)}) {{\n'
         src += "\n".join("  " + line for line in body) + "\n}\n"
         return CppKernel(k.name, src, args)
@@ -310,7 +312,7 @@ class CppRenderer(KernelRenderer):
             lines += [pad + ln for ln in self._page_ahead(stage, lanes)]
         if self.stage_index > 0 and len(stage.inner) == 1 and tuning.next_row \
                 and self.k.stages[0].inner == stage.inner:
-            lines.append(f"{pad}if (p0 + 1 < {self.k.outer[0]}) {{")
+            lines.append(f"{pad}if (p0 + 1 < {size_code(self.k.outer[0])}) {{")
             for start, line, write in tuning.next_row:
                 for i in range(0, lanes, line):
                     lines.append(f"{pad}  __builtin_prefetch({start} + rb + {i}, {write});")
@@ -354,10 +356,11 @@ class CppRenderer(KernelRenderer):
             # Large full reductions were split into row reductions by the lowering, so only
             # pointwise stages of scalar-outer kernels run their inner loop in parallel.
             if d == 0 and self.parallel_rows and not reduces:
-                pragma = "#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
+                pragma = (f"#pragma omp parallel for num_threads(nthreads) if({parallel_if(self.k)}) "
+                          "schedule(static)")
             elif d == len(stage.inner) - 1 and not serial:
                 pragma = f"#pragma omp simd{clause}"
-            loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{"))
+            loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size_code(size)}; r{d}++) {{"))
         self.outer.lines.extend(_nest(loops, self.loop.lines))
 
     def _emit_streaming(self, stage: Stage) -> None:
@@ -486,7 +489,7 @@ class KernelGroup:
 
     name: str
     kernels: List[str]
-    args: List[str]  # buffers the wrapper passes, in parameter order (nthreads follows)
+    args: List[str]  # buffers the wrapper passes, in parameter order (size symbols, nthreads follow)
     stored: List[str]  # the args the group writes: the wrapper allocates them
     local: List[str]
 
@@ -517,7 +520,7 @@ def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel],
         local, room = [], _GROUP_LOCAL_BYTES
         for b in sorted(stored):
             nbytes = buffers[b].span_bytes()
-            if readers.get(b, set()) <= {i} and nbytes <= room:
+            if readers.get(b, set()) <= {i} and not is_symbolic(nbytes) and nbytes <= room:
                 local.append(b)
                 room -= nbytes
         args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local))
@@ -527,24 +530,24 @@ def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel],
 
 
 def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
-                  buffers: Dict[str, Buffer]) -> str:
+                  buffers: Dict[str, Buffer], symbols: Sequence[str]) -> str:
     params = [f"{'' if b in group.stored else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
-              for b in group.args] + ["int nthreads"]
+              for b in group.args] + [f"int64_t {s}" for s in symbols] + ["int nthreads"]
     lines = [f'extern "C" void {group.name}({", ".join(params)}) {{']
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
     for name in group.kernels:
-        lines.append(f"  {name}({', '.join(rendered[name].args + ['nthreads'])});")
+        lines.append(f"  {name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])});")
     return "\n".join(lines) + "\n}\n"
 
 
-def render_cpp(steps: Sequence[Step], buffers: Dict[str, Buffer], keep: Set[str]
-               ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
+def render_cpp(steps: Sequence[Step], buffers: Dict[str, Buffer], keep: Set[str],
+               symbols: Sequence[str] = ()) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the
-    kernels and the groups."""
-    rendered = [CppRenderer(k, buffers).render() for k in steps if isinstance(k, Kernel)]
+    kernels and the groups; every kernel and group takes the size `symbols` as int64 arguments."""
+    rendered = [CppRenderer(k, buffers, symbols).render() for k in steps if isinstance(k, Kernel)]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep)
-    parts = [e.source for e in rendered] + [_group_source(g, by_name, buffers) for g in groups]
+    parts = [e.source for e in rendered] + [_group_source(g, by_name, buffers, symbols) for g in groups]
     return PRELUDE + "\n" + "\n".join(parts), rendered, groups

@@ -11,6 +11,7 @@ import torch
 from .ir import Buffer, Expr, Index, Load, Op, UNARY_MATH, numel
 from .render import flat_inner, index_code, is_inner_var, varies_inner
 from .scheduler import Kernel, KNode, Stage
+from .sizes import SizeExpr, any_symbolic, hint, is_symbolic, size_code
 
 PARALLEL_MIN_WORK = 32768
 EXPENSIVE = frozenset(UNARY_MATH) - {"floor", "ceil", "trunc", "round", "frac", "reciprocal"} | {"pow", "atan2"}
@@ -22,9 +23,24 @@ PREFETCH_AHEAD_BYTES = 4096
 PAGE_AHEAD_MIN_ROW_BYTES = 32 << 10
 
 
+def _work(kernel: Kernel) -> SizeExpr:
+    longest = max([numel(s.inner) for s in kernel.stages if s.inner] + [1], key=hint)  # a heuristic
+    return numel(kernel.outer) * longest
+
+
 def runs_in_parallel(kernel: Kernel) -> bool:
-    work = numel(kernel.outer) * max([numel(s.inner) for s in kernel.stages if s.inner] + [1])
-    return work >= PARALLEL_MIN_WORK
+    """Whether the kernel's loops get a parallel pragma (with symbolic sizes: whether they may;
+    `parallel_if` then decides on each call)."""
+    work = _work(kernel)
+    return is_symbolic(work) or work >= PARALLEL_MIN_WORK
+
+
+def parallel_if(kernel: Kernel) -> str:
+    """The condition of a parallel pragma's `if` clause."""
+    work = _work(kernel)
+    if is_symbolic(work):
+        return f"nthreads > 1 && {size_code(work)} >= {PARALLEL_MIN_WORK}"
+    return "nthreads > 1"
 
 
 def double_accumulator(dtype: torch.dtype, length: int) -> bool:
@@ -32,7 +48,7 @@ def double_accumulator(dtype: torch.dtype, length: int) -> bool:
     vector accumulator sums at most length/16 values per lane (eager's own vectorised sum is
     float too), and a single double chain would be latency-bound, at half the vector width,
     twice as slow as memory."""
-    return dtype == torch.float32 and length > FLOAT_SUM_MAX
+    return dtype == torch.float32 and (is_symbolic(length) or length > FLOAT_SUM_MAX)
 
 
 class CppTuning:
@@ -57,7 +73,7 @@ class CppTuning:
         once into a thread-local row array instead of being recomputed."""
         stages_of: Dict[Expr, List[int]] = {}
         for i, st in enumerate(self.k.stages):
-            if st.inner is None or numel(st.inner) > SPILL_MAX:
+            if st.inner is None or any_symbolic(st.inner) or numel(st.inner) > SPILL_MAX:
                 continue
             # In walk order, not a set's: the source (and so its cache key) must not depend on
             # the process's string hash seed.
@@ -87,7 +103,7 @@ class CppTuning:
         if not self.k.stages or not self.k.outer:
             return {}
         stage = self.k.stages[-1]
-        if stage.inner is None or len(stage.inner) != 1 or stage.inner[0] % 16 \
+        if stage.inner is None or len(stage.inner) != 1 or any_symbolic(stage.inner) or stage.inner[0] % 16 \
                 or any(kn.is_reduction for kn in stage.nodes):
             return {}
         loaded = {n.buffer for st in self.k.stages for kn in st.nodes for n in kn.body.walk()
@@ -96,7 +112,7 @@ class CppTuning:
         for kn in stage.nodes:
             buf = self.buffers.get(kn.name)
             if kn.name not in self.k.stored or kn.name in loaded or buf is None \
-                    or buf.dtype != torch.float32 or numel(buf.size) * 4 < min_bytes:
+                    or buf.dtype != torch.float32 or any_symbolic(buf.size) or numel(buf.size) * 4 < min_bytes:
                 continue
             if {n: c for n, c in kn.store.terms if is_inner_var(n)} != {"r0": 1}:
                 continue
@@ -147,7 +163,7 @@ class CppTuning:
         for buf, row, write in rows:
             step = row.coeffs()
             if set(step) == {"p0"}:
-                starts.add((f"{buf} + ({index_code(row)} + {step['p0']})",
+                starts.add((f"{buf} + ({index_code(row)} + {size_code(step['p0'])})",
                             64 // self.buffers[buf].dtype.itemsize, write))
         return sorted(starts)
 
@@ -181,7 +197,7 @@ class CppTuning:
         contiguous inputs a page ahead: left to the hardware prefetcher, a compute-heavy loop
         (GELU's tanh) stalls on memory it could have been loading meanwhile. (buffer, offset,
         itemsize) of each input to prefetch; none when the loop does not qualify."""
-        if self.k.outer[0] % 16:
+        if any_symbolic(self.k.outer) or self.k.outer[0] % 16:
             return []
         starts = []
         for name, rest in self.contiguous_loads(self.k.stages[0].nodes, "p0"):
@@ -193,7 +209,7 @@ class CppTuning:
     def blocked_lanes(self, stage: Stage, reductions: List[KNode]) -> int:
         """Accumulators per reduction (4 vectors' worth) when the stage's reductions are all
         sum/max/min over a last inner dim they divide; 0 for the plain `omp simd reduction`."""
-        if not reductions or stage.inner[-1] < 256:
+        if not reductions or any_symbolic(stage.inner) or stage.inner[-1] < 256:
             return 0
         widths = set()
         for kn in reductions:

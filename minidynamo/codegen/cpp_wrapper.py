@@ -14,10 +14,12 @@ from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import perf
 from .cpp_render import CppKernel, KernelGroup
+from .errors import CannotCompile
 from .graph_lowering import ExternArg, GraphLowering
 from .ir import Buffer, ExternNode, numel
 from .runtime import CompiledGraph, materialize, relayout, run_eagerly_after, same_layout
 from .scheduler import Kernel, Step
+from .sizes import any_symbolic, is_symbolic, size_code, tuple_code
 
 _POOL_MIN_BYTES = 16 << 20  # glibc serves smaller blocks from its heap, without fresh page faults
 _MADV_HUGEPAGE = 14
@@ -110,6 +112,8 @@ class _Names:
         self._count = 0
 
     def const(self, value) -> str:
+        if is_symbolic(value):  # a size: arithmetic on the call's size symbols (locals)
+            return size_code(value)
         if value is None or isinstance(value, (bool, int)) or (
                 isinstance(value, float) and value == value and abs(value) != float("inf")):
             return repr(value)
@@ -122,6 +126,12 @@ class _Names:
         if buffer not in self._locals:
             self._locals[buffer] = f"v{len(self._locals)}"
         return self._locals[buffer]
+
+    def buffer(self, buf: Buffer) -> str:
+        """A Buffer with this call's sizes."""
+        if not any_symbolic(buf.size + buf.stride):
+            return self.const(buf)
+        return f"_Buffer({buf.name!r}, {tuple_code(buf.size)}, {tuple_code(buf.stride)}, {self.const(buf.dtype)})"
 
 
 class CppGraph(CompiledGraph):
@@ -146,7 +156,7 @@ class CppGraph(CompiledGraph):
                         "_nthreads": torch.get_num_threads, "_fix_input": relayout,
                         "_fix_result": _fix_result, "_fallback": self.fallback, "_eager": self.eager,
                         "_unflatten": tree_unflatten, "_spec": self.out_spec,
-                        "_run_eagerly_after": run_eagerly_after, "_now": perf.now})
+                        "_run_eagerly_after": run_eagerly_after, "_now": perf.now, "_Buffer": Buffer})
         inputs = self._input_lines(names)
         if any(isinstance(s, Kernel) for s in self.steps):
             inputs.append("    nt = _nthreads()")
@@ -214,12 +224,18 @@ class CppGraph(CompiledGraph):
     def _input_lines(self, names: "_Names") -> List[str]:
         """Unpack the inputs, relaying out those with other strides than compiled for."""
         lines = []
-        local = [names.v(b.name) for b in self.inputs]
+        local = [names.v(b.name) if b is not None else "_" for b in self.inputs]
         if local:
             lines.append(f"    {', '.join(local)}{',' if len(local) == 1 else ''} = args")
+        if self.size_vars is not None:
+            for sym in self.size_vars.symbols:
+                code = self.size_vars.value_code(sym, lambda i: local[i] if local[i] != "_" else f"args[{i}]")
+                lines.append(f"    {sym} = {code}")
         for buf, name in zip(self.inputs, local):
-            b = names.const(buf)
-            lines.append(f"    if {name}.stride() != {tuple(buf.stride)!r}:")
+            if buf is None:
+                continue
+            b = names.buffer(buf)
+            lines.append(f"    if {name}.stride() != {tuple_code(buf.stride)}:")
             if buf.name in self.aliased:
                 lines.append(f"        if _fix_input({name}, {b}) is not {name}: return _fallback(*args)")
             else:
@@ -234,21 +250,23 @@ class CppGraph(CompiledGraph):
     def _group_lines(self, group: KernelGroup, names: "_Names") -> Tuple[List[str], List[str]]:
         """Allocating what the kernel group writes, and calling it."""
         fn = getattr(self._lib, group.name)
-        fn.argtypes = [ctypes.c_void_p] * len(group.args) + [ctypes.c_int]
+        symbols = self.size_vars.symbols if self.size_vars is not None else []
+        fn.argtypes = [ctypes.c_void_p] * len(group.args) + [ctypes.c_int64] * len(symbols) + [ctypes.c_int]
         fn.restype = None
         names.globals[f"_{group.name}"] = fn
         lines: List[str] = []
         for bname in group.stored:
             buf, v = self.buffers[bname], names.v(bname)
-            if buf.dtype.itemsize * max(1, numel(buf.size)) >= _POOL_MIN_BYTES:
+            if not any_symbolic(buf.size) and buf.dtype.itemsize * max(1, numel(buf.size)) >= _POOL_MIN_BYTES:
                 names.globals[f"_alloc_{v}"] = _Pooled(buf)
                 lines.append(f"    {v} = _alloc_{v}()")
             else:
-                lines.append(f"    {v} = _empty({tuple(buf.size)!r}, "
-                             f"{tuple(buf.stride)!r}, dtype={names.const(buf.dtype)})")
+                lines.append(f"    {v} = _empty({tuple_code(buf.size)}, "
+                             f"{tuple_code(buf.stride)}, dtype={names.const(buf.dtype)})")
             names.exact[bname] = True
         ptrs = "".join(f"{names.v(a)}.data_ptr(), " for a in group.args)
-        return lines, [f"    _{group.name}({ptrs}nt)"]
+        sizes = "".join(f"{s}, " for s in symbols)
+        return lines, [f"    _{group.name}({ptrs}{sizes}nt)"]
 
     def _outputs_code(self, names: "_Names") -> str:
         # an extern op may return None for an output nothing reads (an RNN's reserve space when
@@ -261,13 +279,14 @@ class CppGraph(CompiledGraph):
                 continue
             buf = self.buffers[spec.buffer]
             t = names.v(spec.buffer)
-            view = f"{t}.as_strided({spec.size!r}, {spec.stride!r}, {t}.storage_offset() + {spec.offset})"
+            view = (f"{t}.as_strided({tuple_code(spec.size)}, {tuple_code(spec.stride)}, "
+                    f"{t}.storage_offset() + {size_code(spec.offset)})")
             same = (tuple(buf.size) == tuple(spec.size) and tuple(buf.stride) == tuple(spec.stride)
                     and not spec.fresh)
             if same and not spec.offset and names.exact.get(spec.buffer):
                 leaf = t
             elif same and not spec.offset:
-                leaf = f"({t} if {t}.stride() == {tuple(spec.stride)!r} else {view})"
+                leaf = f"({t} if {t}.stride() == {tuple_code(spec.stride)} else {view})"
             else:
                 leaf = view
             leaves.append(f"(None if {t} is None else {leaf})" if spec.buffer in maybe_none else leaf)
@@ -283,7 +302,8 @@ class CppGraph(CompiledGraph):
                 if (tuple(buf.size) == tuple(a.size) and a.offset == 0
                         and same_layout(buf.size, buf.stride, a.stride)):
                     return t
-                return f"{t}.as_strided({tuple(a.size)!r}, {tuple(a.stride)!r}, {t}.storage_offset() + {a.offset})"
+                return (f"{t}.as_strided({tuple_code(a.size)}, {tuple_code(a.stride)}, "
+                        f"{t}.storage_offset() + {size_code(a.offset)})")
             if isinstance(a, (tuple, list)):
                 parts = [arg(x) for x in a]
                 if any(p is None for p in parts):
@@ -303,6 +323,8 @@ class CppGraph(CompiledGraph):
         if any(p is None for p in pos) or any(p is None for p in kw.values()) \
                 or not all(k.isidentifier() for k in kw):
             # Unusual containers: the generic path, through the environment-free helper.
+            if self.size_vars is not None:
+                raise CannotCompile(f"{node.fn} with arguments in containers, under symbolic sizes")
             call_name = const(self._generic_extern(node))
             refs = sorted({r for r in node.reads})
             env = "{" + ", ".join(f"{r!r}: {v(r)}" for r in refs) + "}"
@@ -319,8 +341,8 @@ class CppGraph(CompiledGraph):
             buf = self.buffers[n]
             item = f"r[{i}]" if len(node.names) > 1 else "r"
             lines.append(f"    {v(n)} = {item}")
-            lines.append(f"    if {v(n)} is not None and {v(n)}.stride() != {tuple(buf.stride)!r}: "
-                         f"{v(n)} = _fix_result({v(n)}, {const(buf)}, {fn})")
+            lines.append(f"    if {v(n)} is not None and {v(n)}.stride() != {tuple_code(buf.stride)}: "
+                         f"{v(n)} = _fix_result({v(n)}, {names.buffer(buf)}, {fn})")
             names.exact[n] = False
         return lines
 

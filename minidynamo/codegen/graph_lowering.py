@@ -25,8 +25,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import TreeSpec, tree_flatten, tree_map
 
 from .errors import CannotCompile, CannotLower
+from .sizes import SizeVars, any_symbolic, hint, is_symbolic, norm
 from .ir import (
-    Buffer, Const, Expr, ExternNode, Index, Load, Node, Op, PointwiseNode, ReductionNode,
+    Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Node, Op, PointwiseNode, ReductionNode,
     contiguous_strides, inner_var, numel, outer_var,
 )
 
@@ -87,7 +88,7 @@ class OutputSpec:
 
 def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
     """Non-overlapping and dense: some permutation of the dims is contiguous."""
-    dims = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
+    dims = sorted(((st, sz) for sz, st in zip(size, stride) if sz != 1), key=lambda d: (hint(d[0]), hint(d[1])))
     expected = 1
     for st, sz in dims:
         if st != expected:
@@ -98,13 +99,14 @@ def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
-                 device_type: str = "cpu"):
+                 device_type: str = "cpu", size_vars: Optional[SizeVars] = None):
         self.gm = gm
+        self.size_vars = size_vars  # None: every size is an int
         self.device_type = device_type  # tensors elsewhere become extern calls
         self.example_inputs = list(inputs)
         self.buffers: Dict[str, Buffer] = {}
         self.nodes: List[Node] = []
-        self.input_names: List[str] = []
+        self.input_names: List[Optional[str]] = []  # None for a size passed as an int
         self.constants: Dict[str, torch.Tensor] = {}
         self.outputs: List[OutputSpec] = []
         self.out_spec: Optional[TreeSpec] = None
@@ -123,9 +125,20 @@ class GraphLowering:
         self.buffers[name] = Buffer(name, tuple(size), tuple(stride), dtype)
         return name
 
+    def sizes_of(self, t: torch.Tensor) -> Tuple:
+        """A traced tensor's sizes (ints, or expressions over the size symbols)."""
+        return tuple(t.shape) if self.size_vars is None else self.size_vars.exprs(t.shape)
+
+    def strides_of(self, t: torch.Tensor) -> Tuple:
+        return tuple(t.stride()) if self.size_vars is None else self.size_vars.exprs(t.stride())
+
+    def offset_of(self, t: torch.Tensor) -> Any:
+        return t.storage_offset() if self.size_vars is None else self.size_vars.expr(t.storage_offset())
+
     def tensor_value(self, prefix: str, t: torch.Tensor) -> Strided:
-        name = self.add_buffer(prefix, t.shape, t.stride(), t.dtype)
-        return Strided(tuple(t.shape), t.dtype, name, tuple(t.stride()), 0)
+        size, stride = self.sizes_of(t), self.strides_of(t)
+        name = self.add_buffer(prefix, size, stride, t.dtype)
+        return Strided(size, t.dtype, name, stride, 0)
 
     def realize(self, v: Value, stride: Optional[Sequence[int]] = None, fresh: bool = False) -> Strided:
         """Give `v` memory. Lazy values become a PointwiseNode storing with `stride` (`fresh`: in a
@@ -135,7 +148,7 @@ class GraphLowering:
         size = v.size
         stride = tuple(stride) if stride is not None else contiguous_strides(size)
         # Iterate in memory order of the store so writes are sequential.
-        order = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -stride[d])
+        order = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -hint(stride[d]))
         idx = [Index()] * len(size)
         for k, d in enumerate(order):
             idx[d] = Index.var(outer_var(k))
@@ -181,7 +194,7 @@ class GraphLowering:
                 return Lazy(out_size, dtype, lambda i: Const(0, dtype))
             src = v
             return Lazy(out_size, dtype, lambda i: cast(src.load(_unreduce(i, nd, dims, keepdim)), dtype))
-        if not outer and kind in _SPLITTABLE and numel(inner) >= _SPLIT_MIN_NUMEL:
+        if not outer and kind in _SPLITTABLE and not any_symbolic(inner) and numel(inner) >= _SPLIT_MIN_NUMEL:
             split = _split_inner(tuple(inner))
             if split is not None:
                 # One long serial reduction becomes rows of partial results (parallel, and each
@@ -212,8 +225,8 @@ class GraphLowering:
         for n in node.all_input_nodes:
             v, meta = self.env.get(n), n.meta.get("val")
             if isinstance(v, Value) and isinstance(meta, torch.Tensor) \
-                    and is_dense(v.size, meta.stride()):
-                layouts[id(v)] = tuple(meta.stride())
+                    and is_dense(v.size, self.strides_of(meta)):
+                layouts[id(v)] = self.strides_of(meta)
 
         def to_ref(a):
             if isinstance(a, Value):
@@ -252,14 +265,22 @@ class GraphLowering:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 t = next(placeholders)
-                v = self.tensor_value("in", t)
-                self.input_names.append(v.buffer)
+                if self.size_vars is not None:
+                    self.size_vars.bind(len(self.input_names), t)
+                if isinstance(t, torch.Tensor):
+                    v = self.tensor_value("in", t)
+                    self.input_names.append(v.buffer)
+                else:
+                    v = self.size_vars.expr(t) if self.size_vars is not None else t
+                    self.input_names.append(None)
                 self.env[node] = v
             elif node.op == "get_attr":
                 t = fetch_attr(self.gm, node.target)
                 v = self.tensor_value("const", t)
                 self.constants[v.buffer] = t
                 self.env[node] = v
+            elif node.op == "call_function" and self.size_vars is not None and _is_size(node.meta.get("val")):
+                self.env[node] = self._size_value(node.meta["val"])  # arithmetic on sizes
             elif node.op == "call_function":
                 self.env[node] = self.lower_call(node, LOWERINGS)
             elif node.op == "output":
@@ -267,16 +288,29 @@ class GraphLowering:
             else:
                 raise CannotCompile(f"fx op {node.op}")
 
+    def _size_value(self, val: Any) -> Any:
+        if isinstance(val, (tuple, list)):
+            return tuple(self._size_value(v) for v in val)
+        return self.size_vars.expr(val)
+
     def lower_call(self, node: torch.fx.Node, table: Dict[Any, Callable]) -> Any:
         args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self.env[n])
         if node.target is operator.getitem:
             return args[0][args[1]]
         fn = table.get(node.target) or table.get(getattr(node.target, "overloadpacket", None))
         if fn is not None and _dtypes_supported(node, self.device_type):
+            val = node.meta.get("val")  # its sizes, for the lowerings (op_lowerings.out_size)
+            node.meta["sizes"] = self.sizes_of(val) if isinstance(val, torch.Tensor) else tuple(
+                self.sizes_of(v) if isinstance(v, torch.Tensor) else None for v in val) \
+                if isinstance(val, (tuple, list)) else None
             try:
                 return fn(self, node, *args, **kwargs)
             except CannotLower:
                 pass
+            except TypeError:
+                # a lowering compared a symbolic size (sympy cannot tell): torch's op decides
+                if self.size_vars is None:
+                    raise
         return self.extern(node, args, kwargs)
 
     def lower_outputs(self, outs) -> None:
@@ -301,8 +335,9 @@ class GraphLowering:
                 spec = self._view_of_base(n, base, key, owners)
             else:
                 meta = n.meta.get("val")
-                stride = n.meta.get("eager_stride") or (meta.stride() if isinstance(meta, torch.Tensor) else None)
-                if stride is not None and any(st == 0 and size > 1 for size, st in zip(v.size, stride)):
+                stride = n.meta.get("eager_stride") or (self.strides_of(meta) if isinstance(meta, torch.Tensor) else None)
+                if stride is not None and any(st == 0 and (is_symbolic(size) or size > 1)
+                                              for size, st in zip(v.size, stride)):
                     # an expanded view: a dense copy would let a later `.view()` succeed where
                     # eager's raises (fuzz seed 121636)
                     raise CannotCompile(f"output {n.name} is an expanded view (strides {tuple(stride)})")
@@ -336,26 +371,28 @@ class GraphLowering:
             bases[key] = n
             is_input = n.op in ("placeholder", "get_attr")
             if not (is_input and isinstance(self.env[n], Strided)) and (
-                    count[key] < 2 or not _covers_storage(n.meta["val"])):
+                    count[key] < 2 or not self._covers_storage(n.meta["val"])):
                 bases[key] = None  # the first writer is not the whole storage: no views of it
         return {k: b for k, b in bases.items() if b is not None}
 
     def _view_of_base(self, n: torch.fx.Node, base: torch.fx.Node, key: Any,
                       owners: Dict[str, Any]) -> OutputSpec:
         meta, base_meta = n.meta["val"], base.meta["val"]
-        stride = tuple(base_meta.stride())
+        stride = self.strides_of(base_meta)
         s = self.realize(self.env[base], stride)
         if any(have != want and size != 1 for have, want, size in zip(s.stride, stride, s.size)):
             s = self.realize(Lazy(s.size, s.dtype, s.load), stride, fresh=True)
         s = self._claim(s, stride, key, owners)
-        offset = s.offset + meta.storage_offset() - base_meta.storage_offset()
-        return OutputSpec("buffer", s.buffer, tuple(meta.shape), tuple(meta.stride()), offset)
+        offset = s.offset + self.offset_of(meta) - self.offset_of(base_meta)
+        return OutputSpec("buffer", s.buffer, self.sizes_of(meta), self.strides_of(meta), offset)
 
-
-def _covers_storage(t: torch.Tensor) -> bool:
-    """`t` is its storage's every element, each once (so views of the storage are views of `t`)."""
-    return (t.storage_offset() == 0 and is_dense(t.shape, t.stride())
-            and t.numel() * t.element_size() == t.untyped_storage().nbytes())
+    def _covers_storage(self, t: torch.Tensor) -> bool:
+        """`t` is its storage's every element, each once (so views of the storage are views of `t`)."""
+        size, stride = self.sizes_of(t), self.strides_of(t)
+        nbytes = t.untyped_storage().nbytes()
+        nbytes = nbytes if self.size_vars is None else self.size_vars.expr(nbytes)
+        return (self.offset_of(t) == 0 and is_dense(size, stride)
+                and norm(numel(size) * t.element_size() - nbytes) == 0)
 
 
 _SPLITTABLE = ("sum", "prod", "max", "min", "any", "all")
@@ -413,6 +450,13 @@ def _storage_key(node: torch.fx.Node) -> Any:
     return node
 
 
+def _is_size(val: Any) -> bool:
+    """A symbolic size, a float made of one, or a shape (a sequence of sizes) with one."""
+    if isinstance(val, (tuple, list)):
+        return all(isinstance(v, (int, torch.SymInt)) for v in val)
+    return isinstance(val, (torch.SymInt, torch.SymFloat))
+
+
 def fetch_attr(gm: torch.nn.Module, target: str) -> Any:
     """The module attribute a dotted `get_attr` target names."""
     obj = gm
@@ -441,7 +485,9 @@ def cast(e: Expr, dtype: torch.dtype) -> Expr:
     return Op("cast", (e,), dtype)
 
 
-def const(value, dtype: torch.dtype) -> Const:
+def const(value, dtype: torch.dtype) -> Expr:
+    if is_symbolic(value):  # a size, known when the kernel runs
+        return cast(IndexValue(Index((), value), torch.int64), dtype)
     if dtype == torch.bool:
         value = bool(value)
     elif dtype.is_floating_point:

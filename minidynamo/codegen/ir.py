@@ -17,6 +17,8 @@ import math
 
 import torch
 
+from .sizes import SizeExpr, at_least_1, is_symbolic, norm
+
 Scalar = Union[bool, int, float]
 
 
@@ -24,8 +26,8 @@ Scalar = Union[bool, int, float]
 class Index:
     """const + sum(coeff * var) over named loop variables; terms sorted by name, no zero coeffs."""
 
-    terms: Tuple[Tuple[str, int], ...] = ()
-    const: int = 0
+    terms: Tuple[Tuple[str, SizeExpr], ...] = ()
+    const: SizeExpr = 0
 
     @staticmethod
     def var(name: str) -> "Index":
@@ -38,16 +40,16 @@ class Index:
     def coeffs(self) -> Dict[str, int]:
         return dict(self.terms)
 
-    def __add__(self, other: Union["Index", int]) -> "Index":
-        if isinstance(other, int):
-            return Index(self.terms, self.const + other)
+    def __add__(self, other: Union["Index", SizeExpr]) -> "Index":
+        if not isinstance(other, Index):
+            return Index(self.terms, norm(self.const + other))
         c = self.coeffs()
         for k, v in other.terms:
-            c[k] = c.get(k, 0) + v
-        return Index.make(c, self.const + other.const)
+            c[k] = norm(c.get(k, 0) + v)
+        return Index.make(c, norm(self.const + other.const))
 
-    def __mul__(self, k: int) -> "Index":
-        return Index.make({n: v * k for n, v in self.terms}, self.const * k)
+    def __mul__(self, k: SizeExpr) -> "Index":
+        return Index.make({n: norm(v * k) for n, v in self.terms}, norm(self.const * k))
 
     def subst(self, env: Dict[str, "Index"]) -> "Index":
         out = Index((), self.const)
@@ -201,13 +203,13 @@ class Buffer:
     """A tensor in memory: graph inputs, constants, extern results and stored kernel outputs."""
 
     name: str
-    size: Tuple[int, ...]
-    stride: Tuple[int, ...]
+    size: Tuple[SizeExpr, ...]
+    stride: Tuple[SizeExpr, ...]
     dtype: torch.dtype
 
     def span_bytes(self) -> int:
         """Bytes from the first to one past the last element its strides reach."""
-        span = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride) if s > 0)
+        span = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride) if is_symbolic(s) or s > 0)
         return span * self.dtype.itemsize
 
 
@@ -216,7 +218,7 @@ class PointwiseNode:
     """out[store] = body for every point of `ranges` (loop variables p0, p1, ...)."""
 
     name: str
-    ranges: Tuple[int, ...]
+    ranges: Tuple[SizeExpr, ...]
     body: Expr
     store: Index
     dtype: torch.dtype
@@ -228,8 +230,8 @@ class ReductionNode:
 
     name: str
     kind: str
-    outer: Tuple[int, ...]
-    inner: Tuple[int, ...]
+    outer: Tuple[SizeExpr, ...]
+    inner: Tuple[SizeExpr, ...]
     body: Expr
     dtype: torch.dtype  # accumulator and result dtype (int64 for arg reductions)
 
@@ -272,11 +274,11 @@ def node_outputs(node: Node) -> Tuple[str, ...]:
     return (node.name,)
 
 
-def contiguous_strides(size: Tuple[int, ...]) -> Tuple[int, ...]:
+def contiguous_strides(size: Tuple[SizeExpr, ...]) -> Tuple[SizeExpr, ...]:
     out, acc = [], 1
     for s in reversed(size):
         out.append(acc)
-        acc *= max(s, 1)
+        acc *= at_least_1(s)
     return tuple(reversed(out))
 
 

@@ -10,7 +10,8 @@ import torch
 import torch.fx
 
 from .errors import CannotLower
-from .graph_lowering import Lazy, Strided, Value, cast, const
+from .graph_lowering import Lazy, Strided, Value, cast, const, is_dense
+from .sizes import any_symbolic, hint, norm
 from .ir import Expr, Index, IndexValue, Op, UNARY_MATH
 
 aten = torch.ops.aten
@@ -31,6 +32,12 @@ def meta(node: torch.fx.Node) -> torch.Tensor:
     return node.meta["val"]
 
 
+def out_size(node: torch.fx.Node) -> Any:
+    """The sizes of the node's result (a tuple of them for several results), as the lowering
+    reads them: ints, or expressions over the size symbols."""
+    return node.meta["sizes"]
+
+
 def meta_of(x) -> Any:
     """The fake tensor for an fx argument, or the Python scalar itself (for type promotion)."""
     return x.meta["val"] if isinstance(x, torch.fx.Node) else x
@@ -46,7 +53,7 @@ def pointwise(node: torch.fx.Node, inputs: Sequence[Any], compute: Callable[...,
               dtypes: Union[torch.dtype, Sequence[torch.dtype], None] = None) -> Lazy:
     """Element-wise op over broadcast `inputs` (Values or scalars), each cast to its compute dtype."""
     out = meta(node)
-    size, out_dtype = tuple(out.shape), out.dtype
+    size, out_dtype = out_size(node), out.dtype
     if dtypes is None or isinstance(dtypes, torch.dtype):
         dtypes = [dtypes or out_dtype] * len(inputs)
 
@@ -307,7 +314,7 @@ def _copy(L, node, dst, src, non_blocking=False):
 def _constant(node, value) -> Lazy:
     out = meta(node)
     c = const(value, out.dtype)
-    return Lazy(tuple(out.shape), out.dtype, lambda idx: c)
+    return Lazy(out_size(node), out.dtype, lambda idx: c)
 
 
 @register(aten.full, aten.scalar_tensor)
@@ -333,20 +340,22 @@ def _arange(L, node, *args, **kw):
     start, end, step = (0, nums[0], 1) if len(args) == 1 else nums
     if is_float(out.dtype) or not all(isinstance(v, int) for v in (start, step)):
         raise CannotLower("floating arange")
-    return Lazy(tuple(out.shape), out.dtype,
+    return Lazy(out_size(node), out.dtype,
                 lambda idx: IndexValue(idx[0] * step + start, out.dtype))
 
 
 @register(prims.iota)
 def _iota(L, node, length, *, start, step, dtype, device, requires_grad):
     out = meta(node)
-    return Lazy(tuple(out.shape), out.dtype, lambda idx: IndexValue(idx[0] * step + start, dtype))
+    return Lazy(out_size(node), out.dtype, lambda idx: IndexValue(idx[0] * step + start, dtype))
 
 
 # -- views --------------------------------------------------------------------------------------
 
-def _meta_view(x: Strided, node: torch.fx.Node, args, kwargs) -> Optional[Strided]:
+def _meta_view(L, x: Strided, node: torch.fx.Node, args, kwargs) -> Optional[Strided]:
     """Apply the view op to a meta tensor laid out like `x`; None if torch cannot make a view."""
+    if L.size_vars is not None:
+        return _traced_view(L, x, node)
     extent = x.offset + sum((s - 1) * st for s, st in zip(x.size, x.stride) if s > 0) + 1
     base = torch.empty((max(extent, 1),), dtype=x.dtype, device="meta")
     t = base.as_strided(x.size, x.stride, x.offset)
@@ -355,6 +364,19 @@ def _meta_view(x: Strided, node: torch.fx.Node, args, kwargs) -> Optional[Stride
     except (RuntimeError, ValueError):  # the meta kernels raise either when no view exists
         return None
     return Strided(tuple(r.shape), x.dtype, x.buffer, tuple(r.stride()), r.storage_offset())
+
+
+def _traced_view(L, x: Strided, node: torch.fx.Node) -> Strided:
+    """With symbolic sizes: the view as traced (a meta tensor needs numbers), over `x` laid out
+    as the traced input (realized so where it is not)."""
+    src, out = meta(node.args[0]), meta(node)
+    want = L.strides_of(src)
+    if any(have != need and size != 1 for have, need, size in zip(x.stride, want, x.size)):
+        if not is_dense(x.size, want):
+            raise CannotLower("a view of an overlapping layout with symbolic sizes")
+        x = L.realize(Lazy(x.size, x.dtype, x.load), want)
+    return Strided(out_size(node), x.dtype, x.buffer, L.strides_of(out),
+                   norm(x.offset + L.offset_of(out) - L.offset_of(src)))
 
 
 def _remap(x: Value, size, fn: Callable[[Tuple[Index, ...]], Tuple[Index, ...]]) -> Lazy:
@@ -382,11 +404,11 @@ def _split_remap(x: Value, size) -> Optional[Lazy]:
     j = 0
     for s in x.size:
         group, prod = [], 1
-        while j < len(size) and prod < s:
+        while j < len(size) and hint(prod) < hint(s):
             group.append(j)
             prod *= size[j]
             j += 1
-        if prod != s:
+        if norm(prod - s) != 0:
             return None
         groups.append(group)
     if any(size[k] != 1 for k in range(j, len(size))):
@@ -407,15 +429,15 @@ def _view_with(lazy_fn):
     """Views on buffers become strided views (exact torch semantics via a meta tensor); views on
     lazy values become index remappings from `lazy_fn`, or realize the value first."""
     def lower(L, node, x, *args, **kwargs):
-        size = tuple(meta(node).shape)
+        size = out_size(node)
         if not isinstance(x, Strided):
             r = lazy_fn(x, size, *args, **kwargs)
             if r is not None:
                 return r
             x = L.realize(x)
-        v = _meta_view(x, node, args, kwargs)
+        v = _meta_view(L, x, node, args, kwargs)
         if v is None:
-            v = _meta_view(L.realize(Lazy(x.size, x.dtype, x.load)), node, args, kwargs)
+            v = _meta_view(L, L.realize(Lazy(x.size, x.dtype, x.load)), node, args, kwargs)
         return v
     return lower
 
@@ -445,6 +467,10 @@ def _lazy_slice(x, size, dim=0, start=None, end=None, step=1):
     dim %= len(x.size)
     n = x.size[dim]
     start = 0 if start is None else start
+    if any_symbolic((n, start)):
+        if start != 0:
+            return None  # where it starts depends on the size: a traced view of the realized value
+        n = start = 0
     start = min(max(start + n if start < 0 else start, 0), n)
 
     def fn(idx):
@@ -490,8 +516,8 @@ def _transpose(L, node, x, d0=0, d1=1):
     if nd >= 2:
         dims[d0 % nd], dims[d1 % nd] = dims[d1 % nd], dims[d0 % nd]
     if isinstance(x, Strided):
-        return _meta_view(x, node, (d0, d1) if node.target is aten.transpose.int else (), {})
-    return _lazy_permute(x, tuple(meta(node).shape), dims)
+        return _meta_view(L, x, node, (d0, d1) if node.target is aten.transpose.int else (), {})
+    return _lazy_permute(x, out_size(node), dims)
 
 
 # -- reductions ---------------------------------------------------------------------------------
@@ -526,7 +552,7 @@ def _argmax(L, node, x, dim=None, keepdim=False):
     kind = node.target.overloadpacket.__name__
     if dim is None and keepdim:
         v = L.reduce(x, _dims(x, None), kind, torch.int64, False)
-        return _remap(v, tuple(meta(node).shape), lambda idx: ())
+        return _remap(v, out_size(node), lambda idx: ())
     return L.reduce(x, _dims(x, dim), kind, torch.int64, keepdim)
 
 
@@ -547,6 +573,9 @@ def _var(L, node, x, dims, correction=0, *, output_dtype=None):
     """Two passes: the mean, then the sum of squared deviations (fused into one kernel later)."""
     out = meta(node).dtype
     dims = _dims(x, dims)
+    if correction != int(correction):
+        raise CannotLower("a fractional correction")
+    correction = int(correction)
     n = 1
     for d in dims:
         n *= x.size[d % len(x.size)]
@@ -558,7 +587,13 @@ def _var(L, node, x, dims, correction=0, *, output_dtype=None):
         return op("mul", d, d)
 
     sq = L.reduce(Lazy(x.size, out, deviation_sq), dims, "sum", out, False)
-    denom = const(max(n - correction, 0), out)
+    if any_symbolic((n,)):
+        # a product of dynamic dims is at least 2 (dynamic dims are never 0 or 1)
+        if not (norm(n).is_Symbol or norm(n).is_Mul) or not 0 <= correction <= 2:
+            raise CannotLower("variance over symbolic sizes with this correction")
+        denom = const(norm(n - correction), out)
+    else:
+        denom = const(max(n - correction, 0), out)
     return Lazy(sq.size, out, lambda idx: op("truediv", sq.load(idx), denom))
 
 
@@ -584,7 +619,7 @@ def _max_pool2d(L, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_
     kh, kw = _pair(kernel_size)
     sh, sw = _pair(stride) if stride else (kh, kw)
     dh, dw = _pair(dilation)
-    size = tuple(meta(node)[0].shape)
+    size = out_size(node)[0]
     height, width = x.size[-2:]
     if _pair(padding) != (0, 0) or kh * kw > 16 \
             or (size[-2] - 1) * sh + (kh - 1) * dh >= height \

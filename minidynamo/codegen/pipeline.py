@@ -1,20 +1,39 @@
 """The steps both pipelines share: re-trace the graph, lower it to the loop IR, schedule kernels."""
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
 
+from .errors import CannotCompile
 from .graph_lowering import GraphLowering
 from .scheduler import Scheduler, Step
+from .sizes import SizeVars, hints_of, symbolic_ints
 from .trace import trace
 
 
-def lower_and_schedule(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor],
+def symbolic_shape_env(example_inputs: Sequence[Any]) -> Optional[Any]:
+    """The shape env of the symbolic sizes among the example inputs (fake tensors and SymInts), if any."""
+    for t in example_inputs:
+        for v in symbolic_ints(t):
+            return v.node.shape_env
+    return None
+
+
+def lower_and_schedule(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                        device_type: str = "cpu") -> Tuple[GraphLowering, List[Step]]:
-    traced, inputs = trace(gm, example_inputs)
-    lowering = GraphLowering(traced, inputs, device_type=device_type)
-    lowering.run()
-    keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
-    return lowering, Scheduler(lowering.nodes, keep).run()
+    shape_env = symbolic_shape_env(example_inputs)
+    size_vars = SizeVars(shape_env) if shape_env is not None else None
+    guards = len(shape_env.guards) if shape_env is not None else 0
+    with hints_of(size_vars):
+        traced, inputs = trace(gm, example_inputs)
+        lowering = GraphLowering(traced, inputs, device_type=device_type, size_vars=size_vars)
+        lowering.run()
+        if shape_env is not None:
+            # dynamo's guards are final: code assuming more about the sizes would be wrong for others
+            if len(shape_env.guards) > guards:
+                raise CannotCompile(f"the kernels would assume {shape_env.guards[guards].expr} about symbolic sizes")
+            size_vars.check_bound()
+        keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
+        return lowering, Scheduler(lowering.nodes, keep).run()

@@ -11,13 +11,14 @@ import torch
 
 from .ir import Buffer, Const, Expr, Index, IndexValue, Load, Op
 from .scheduler import Kernel, KNode, Stage, classify
+from .sizes import size_code
 
 
 def index_code(ix: Index, rename: Callable[[str], str] = str) -> str:
     """`const + sum(coeff * var)` as text valid in C++ and Python, loop variables through `rename`."""
-    parts = [rename(n) if c == 1 else f"{c} * {rename(n)}" for n, c in ix.terms]
-    if ix.const or not parts:
-        parts.append(str(ix.const))
+    parts = [rename(n) if c == 1 else f"{size_code(c)} * {rename(n)}" for n, c in ix.terms]
+    if ix.const != 0 or not parts:
+        parts.append(size_code(ix.const))
     return " + ".join(parts)
 
 

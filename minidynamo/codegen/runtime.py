@@ -14,6 +14,39 @@ from ..counters import record_fallback
 from .graph_lowering import ExternArg, GraphLowering, OutputSpec, is_dense
 from .ir import Buffer, ExternNode
 from .scheduler import Kernel, Step
+from .sizes import any_symbolic, evaluator, is_symbolic
+
+SIZES = "_sizes"  # the environment's entry holding the call's Sizes (no buffer has this name)
+
+
+class Sizes:
+    """One call's values of a graph's size symbols, and the ints the IR's sizes are for them
+    (each expression tuple compiled once per graph, in `cache`)."""
+
+    __slots__ = ("values", "_symbols", "_cache")
+
+    def __init__(self, symbols: Sequence[Any] = (), values: Sequence[int] = (), cache: Optional[Dict] = None):
+        self.values, self._symbols, self._cache = tuple(values), symbols, {} if cache is None else cache
+
+    def __call__(self, xs: Sequence[Any]) -> tuple:
+        xs = tuple(xs)
+        if not any_symbolic(xs):
+            return xs
+        fn = self._cache.get(xs)
+        if fn is None:
+            fn = self._cache[xs] = evaluator(xs, self._symbols)
+        return fn(self.values)
+
+    def scalar(self, x: Any) -> Any:
+        return self((x,))[0] if is_symbolic(x) else x
+
+    def buffer(self, buf: Buffer) -> Buffer:
+        if not any_symbolic(buf.size + buf.stride):
+            return buf
+        return Buffer(buf.name, self(buf.size), self(buf.stride), buf.dtype)
+
+
+STATIC = Sizes()
 
 
 def same_layout(size, stride_a, stride_b) -> bool:
@@ -49,12 +82,14 @@ def run_eagerly_after(error: Exception, fallback: Callable, args: Sequence[Any],
 
 def materialize(env: Dict[str, Any], a: Any) -> Any:
     """An extern call's argument: the tensor (view) an ExternArg stands for, anything else as is."""
+    sizes = env.get(SIZES, STATIC)
     if not isinstance(a, ExternArg):
-        return a
+        return sizes.scalar(a)
     t = env[a.buffer]
-    if tuple(t.shape) == a.size and t.stride() == a.stride and a.offset == 0:
+    size, stride, offset = sizes(a.size), sizes(a.stride), sizes.scalar(a.offset)
+    if tuple(t.shape) == size and t.stride() == stride and offset == 0:
         return t
-    return t.as_strided(a.size, a.stride, t.storage_offset() + a.offset)
+    return t.as_strided(size, stride, t.storage_offset() + offset)
 
 
 class CompiledGraph:
@@ -76,13 +111,16 @@ class CompiledGraph:
         self.fallback = relaid_out_eagerly
         self.steps = steps
         self.buffers = lowering.buffers
-        self.inputs = [lowering.buffers[n] for n in lowering.input_names]
+        self.size_vars = lowering.size_vars
+        # None for an input that is a size (an int)
+        self.inputs = [lowering.buffers[n] if n is not None else None for n in lowering.input_names]
         self.constants = dict(lowering.constants)
         self.outputs: List[OutputSpec] = lowering.outputs
         self.out_spec = lowering.out_spec
         # Inputs some output is a view of: a relayout copy would make that output a view of
         # the copy, so inputs laid out otherwise than compiled for run eagerly.
-        self.aliased = {o.buffer for o in self.outputs if o.kind == "buffer"} & {b.name for b in self.inputs}
+        self.aliased = {o.buffer for o in self.outputs if o.kind == "buffer"} & {b.name for b in self.inputs if b}
+        self._size_cache: Dict = {}
         self._plan = self._build_plan(rendered)
 
     @property
@@ -107,11 +145,17 @@ class CompiledGraph:
             for buf, r in zip(outs, results):
                 # an extern op may return None for an output the graph never reads (lstm's reserve)
                 if buf is not None and r is not None:
-                    r = relayout(r, buf)
+                    r = relayout(r, env.get(SIZES, STATIC).buffer(buf))
                     if r is None:
                         raise RuntimeError(f"{node.fn} returned an unexpected layout")
                     env[buf.name] = r
         return call
+
+    def sizes(self, args: Sequence[Any]) -> Sizes:
+        """This call's sizes (the symbols read from the arguments)."""
+        if self.size_vars is None:
+            return STATIC
+        return Sizes(self.size_vars.symbols, self.size_vars.values(args), self._size_cache)
 
     def __call__(self, *args: torch.Tensor) -> Any:
         try:
@@ -121,8 +165,12 @@ class CompiledGraph:
 
     def _run(self, args: Sequence[torch.Tensor]) -> Any:
         env: Dict[str, Any] = dict(self.constants)
+        sizes = self.sizes(args)
+        env[SIZES] = sizes
         for buf, t in zip(self.inputs, args):
-            fixed = relayout(t, buf)
+            if buf is None:
+                continue
+            fixed = relayout(t, sizes.buffer(buf))
             if fixed is None or (fixed is not t and buf.name in self.aliased):
                 return self.fallback(*args)
             env[buf.name] = fixed
@@ -135,7 +183,8 @@ class CompiledGraph:
                 out.append(spec.constant)
                 continue
             t = env[spec.buffer]
-            if tuple(t.shape) != spec.size or t.stride() != spec.stride or spec.offset or spec.fresh:
-                t = t.as_strided(spec.size, spec.stride, t.storage_offset() + spec.offset)
+            size, stride, offset = sizes(spec.size), sizes(spec.stride), sizes.scalar(spec.offset)
+            if tuple(t.shape) != size or t.stride() != stride or offset or spec.fresh:
+                t = t.as_strided(size, stride, t.storage_offset() + offset)
             out.append(t)
         return tree_unflatten(out, self.out_spec)

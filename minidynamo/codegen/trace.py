@@ -12,9 +12,11 @@ import torch.fx
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch.utils._pytree import tree_flatten
 
 from .errors import CannotCompile, EagerRejects
+from .sizes import has_symbolic_sizes
 from .graph_lowering import fetch_attr, is_dense
 
 aten = torch.ops.aten
@@ -39,24 +41,37 @@ def decompositions() -> Dict:
     return table
 
 
-def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
-    """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples)."""
+def _hint(v: Any) -> Any:
+    return optimization_hint(v) if isinstance(v, torch.SymInt) else v
+
+
+def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+    """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples).
+    Examples with symbolic sizes (fake tensors, SymInts) are traced as they are, in their shape env."""
+    symbolic = any(map(has_symbolic_sizes, example_inputs))
     if any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda")):
         # make_fx runs autocast's cast of a module tensor (a stand-in, see _with_stand_ins) eagerly
         # and keeps the result as a constant: the kernels would read the stand-in's garbage
         raise CannotCompile("autocast is enabled")
     with unset_fake_temporarily():
-        inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-                  for t in example_inputs]
+        inputs = list(example_inputs) if symbolic else [
+            torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in example_inputs]
         stand_ins: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         traceable = _with_stand_ins(gm, stand_ins)
     try:
-        traced = _functional_trace(traceable, inputs)
+        if symbolic:
+            # torch.func.functionalize specialises the sizes composite ops (linear) read: decompose
+            # first, then functionalise only a graph that mutates
+            traced = _decomposed_trace(traceable, inputs, symbolic)
+            if _mutating_op(traced) is not None:
+                traced = _functional_trace(_alias_prims_as_aten(traced), inputs, symbolic)
+        else:
+            traced = _functional_trace(traceable, inputs)
         if _mutating_op(traced) is not None:
             # Decompositions run below functionalization, so an in-place op inside one (GRU's
             # decomposition adds in place) survives; decomposing first and then functionalising
             # the decomposed graph removes those, leaving only genuine input mutations.
-            traced = _functional_trace(_decomposed_trace(traceable, inputs), inputs)
+            traced = _functional_trace(_alias_prims_as_aten(_decomposed_trace(traceable, inputs, symbolic)), inputs, symbolic)
     except Exception:
         check_eager_accepts_copies(gm, example_inputs)  # often eager's own refusal, met in a decomposition
         raise
@@ -81,6 +96,10 @@ def _match_eager_outputs(traced: torch.fx.GraphModule, layouts: Sequence[Optiona
     for node, layout in zip(nodes, layouts):
         val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
         if layout is None or not isinstance(val, torch.Tensor):
+            continue
+        if has_symbolic_sizes(val):  # sizes vary: only the dtype is the same for every call
+            if layout[1] != val.dtype:
+                raise CannotCompile(f"eager makes {node.name} in {layout[1]}, the meta kernels in {val.dtype}")
             continue
         stride, dtype = layout
         if dtype != val.dtype:
@@ -126,7 +145,7 @@ def _with_stand_ins(gm: torch.fx.GraphModule, stand_ins: Dict, copy_values: bool
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
     """A copy of `t` with its strides (a fake tensor stays fake: check_eager_accepts fills it)."""
-    if isinstance(t, FakeTensor):
+    if isinstance(t, FakeTensor) or not isinstance(t, torch.Tensor):
         return t
     if not is_dense(t.shape, t.stride()):  # overlapping (expanded): a copy cannot keep its strides
         return t.detach().clone()
@@ -165,9 +184,11 @@ def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch
     random ops draw from a saved and restored generator state. Returns the strides and dtypes of
     eager's outputs (flattened; None for what is not a tensor)."""
     with unset_fake_temporarily():
-        inputs = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).zero_()
-                  if isinstance(t, FakeTensor) else t for t in example_inputs]
-        devices = sorted({t.device.index or 0 for t in inputs if t.device.type == "cuda"})
+        # fake inputs become zeros; symbolic sizes take their values at the example
+        inputs = [torch.empty_strided([_hint(s) for s in t.shape], [_hint(s) for s in t.stride()],
+                                      dtype=t.dtype, device=t.device).zero_()
+                  if isinstance(t, FakeTensor) else _hint(t) for t in example_inputs]
+        devices = sorted({t.device.index or 0 for t in inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
         try:
             with torch.no_grad(), torch.random.fork_rng(devices), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -177,18 +198,17 @@ def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch
     return [(tuple(t.stride()), t.dtype) if isinstance(t, torch.Tensor) else None for t in tree_flatten(outputs)[0]]
 
 
-def _functional_trace(fn, inputs) -> torch.fx.GraphModule:
+def _functional_trace(fn, inputs, symbolic: bool = False) -> torch.fx.GraphModule:
     with torch.no_grad():
         return make_fx(torch.func.functionalize(fn, remove="mutations"),
-                       decomposition_table=decompositions(), tracing_mode="fake",
+                       decomposition_table=decompositions(), tracing_mode="symbolic" if symbolic else "fake",
                        _allow_non_fake_inputs=True)(*inputs)
 
 
-def _decomposed_trace(fn, inputs) -> torch.fx.GraphModule:
+def _decomposed_trace(fn, inputs, symbolic: bool = False) -> torch.fx.GraphModule:
     with torch.no_grad():
-        traced = make_fx(fn, decomposition_table=decompositions(), tracing_mode="fake",
-                         _allow_non_fake_inputs=True)(*inputs)
-    return _alias_prims_as_aten(traced)
+        return make_fx(fn, decomposition_table=decompositions(), tracing_mode="symbolic" if symbolic else "fake",
+                       _allow_non_fake_inputs=True)(*inputs)
 
 
 def _broadcast_in_dim(a: torch.Tensor, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> torch.Tensor:

@@ -28,6 +28,7 @@ import torch
 from .ir import UNARY_MATH, Buffer, Expr, Index, IndexValue, Load, Op, ReductionNode, numel
 from .render import KernelRenderer, Scope, index_code, is_inner_var
 from .scheduler import Kernel, KNode, Stage
+from .sizes import SizeExpr, any_symbolic, at_least_1, hint, is_symbolic, size_code
 
 # Rows up to this many elements (rounded up to a power of two) are reduced in one block.
 PERSISTENT_MAX = 16384
@@ -154,8 +155,10 @@ class TritonKernel:
     source: str
     args: List[str]  # buffer names, in parameter order
     kind: str  # "pointwise", "persistent" or "looped"
-    xnumel: int
-    rnumel: int  # the longest inner stage (0 for pointwise kernels)
+    xnumel: SizeExpr
+    rnumel: SizeExpr  # the longest inner stage (0 for pointwise kernels)
+    xhint: int = 0  # xnumel and rnumel at the example inputs (launch configs are chosen from them)
+    rhint: int = 0
 
 
 def next_power_of_2(n: int) -> int:
@@ -180,13 +183,15 @@ class TritonRenderer(KernelRenderer):
     OPS = _OPS
     TRUE, FALSE = "True", "False"
 
-    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer], persistent_max: int):
+    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer], persistent_max: int,
+                 symbols: Sequence[str] = ()):
         super().__init__(kernel, buffers)
+        self.symbols = list(symbols)  # size symbols: kernel arguments after the buffers
         inner = [numel(s.inner) for s in kernel.stages if s.inner is not None]
-        self.rnumel = max(inner, default=0)
+        self.rnumel = max(inner, default=0, key=hint)
         if not inner:
             self.kind = "pointwise"
-        elif next_power_of_2(self.rnumel) <= persistent_max:
+        elif not is_symbolic(self.rnumel) and next_power_of_2(self.rnumel) <= persistent_max:
             self.kind = "persistent"
         else:
             self.kind = "looped"
@@ -225,6 +230,8 @@ class TritonRenderer(KernelRenderer):
     def _needs_int64(self) -> bool:
         """Whether some offset (or the flat loop index) can pass int32."""
         limit = 2 ** 31 - 1 - 2 * PERSISTENT_MAX
+        if self.symbols:  # sizes vary: offsets may pass int32 for some of them
+            return True
         if self.xnumel * max(self.rnumel, 1) >= limit:
             return True
         for kn in self.k.knodes():
@@ -304,6 +311,9 @@ class TritonRenderer(KernelRenderer):
         return f"{load}.to(tl.int1)" if ld.dtype == torch.bool else load
 
     def index_value_code(self, e: IndexValue) -> str:
+        if not e.index.terms and is_symbolic(e.index.const):  # a size, as a value
+            shape = "[1]" if self.rank == 1 else "[1, 1]"
+            return f"(tl.full({shape}, 0, tl.int64) + {size_code(e.index.const)}).to({TL_TYPES[e.dtype]})"
         if not e.index.terms:
             return self.const_code(e.index.const, e.dtype)
         return f"({self.offsets(e.index)}).to({TL_TYPES[e.dtype]})"
@@ -336,18 +346,19 @@ class TritonRenderer(KernelRenderer):
         self.render_stages()
         head = self._prologue()
         args = sorted(self.reads | k.stored)
-        params = args + ["XBLOCK: tl.constexpr"]
+        params = args + self.symbols + ["XBLOCK: tl.constexpr"]
         if self.kind == "looped":
             params.append("RBLOCK: tl.constexpr")
         body = head + self.top.lines
         src = "@triton.jit\n" + f"def {k.name}({', '.join(params)}):\n"
         src += "\n".join("    " + line for line in body) + "\n"
-        return TritonKernel(k.name, src, args, self.kind, self.xnumel, self.rnumel)
+        return TritonKernel(k.name, src, args, self.kind, self.xnumel, self.rnumel,
+                            hint(self.xnumel), hint(self.rnumel))
 
     def _prologue(self) -> List[str]:
         pid = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
         arange = "tl.arange(0, XBLOCK)" + ("[:, None]" if self.rank == 2 else "")
-        lines = [f"xindex = {pid} * XBLOCK + {arange}", f"xmask = xindex < {max(self.xnumel, 1)}"]
+        lines = [f"xindex = {pid} * XBLOCK + {arange}", f"xmask = xindex < {size_code(at_least_1(self.xnumel))}"]
         lines += self._decompose("xindex", "p", self.k.outer)
         return lines
 
@@ -356,9 +367,9 @@ class TritonRenderer(KernelRenderer):
         """Loop variables from a flat row-major index (the innermost varies fastest)."""
         lines, inner = [], 1
         for d in reversed(range(len(sizes))):
-            v = f"({flat} // {inner})" if inner > 1 else flat
+            v = f"({flat} // {size_code(inner)})" if inner != 1 else flat
             if d > 0:
-                v = f"{v} % {sizes[d]}"
+                v = f"{v} % {size_code(sizes[d])}"
             lines.append(f"{prefix}{d}{suffix} = {v}")
             inner *= sizes[d]
         return list(reversed(lines))
@@ -393,7 +404,7 @@ class TritonRenderer(KernelRenderer):
         if self.wide:
             arange += ".to(tl.int64)"
         self.inner.lines.append(f"{rindex} = {start}{arange}")
-        self.inner.lines.append(f"{rmask} = {rindex} < {rnumel}")
+        self.inner.lines.append(f"{rmask} = {rindex} < {size_code(rnumel)}")
         self.inner.lines += self._decompose(rindex, "r", stage.inner, f"_{i}")
         finals: List[str] = []
         for kn in stage.nodes:
@@ -402,7 +413,7 @@ class TritonRenderer(KernelRenderer):
             else:
                 self._store(kn, self.value(kn.body), 2)
         if looped:
-            self.top.lines.append(f"for roffset in range(0, {rnumel}, RBLOCK):")
+            self.top.lines.append(f"for roffset in range(0, {size_code(rnumel)}, RBLOCK):")
             self.top.lines += ["    " + line for line in self.inner.lines]
         else:
             self.top.lines += self.inner.lines
@@ -460,8 +471,9 @@ class TritonRenderer(KernelRenderer):
 
 
 def render_triton(kernels: List[Kernel], buffers: Dict[str, Buffer],
-                  persistent_max: Optional[int] = None) -> Tuple[str, List[TritonKernel]]:
-    """The module source (prelude + one function per kernel) and the kernels' descriptions."""
+                  persistent_max: Optional[int] = None, symbols: Sequence[str] = ()) -> Tuple[str, List[TritonKernel]]:
+    """The module source (prelude + one function per kernel) and the kernels' descriptions; every
+    kernel takes the size `symbols` as arguments after its buffers."""
     limit = PERSISTENT_MAX if persistent_max is None else persistent_max
-    rendered = [TritonRenderer(k, buffers, limit).render() for k in kernels]
+    rendered = [TritonRenderer(k, buffers, limit, symbols).render() for k in kernels]
     return PRELUDE + "\n\n" + "\n\n".join(r.source for r in rendered), rendered

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from .graph_lowering import GraphLowering, is_dense
-from .runtime import CompiledGraph, same_layout
+from .runtime import SIZES, STATIC, CompiledGraph, Sizes, same_layout
+from .sizes import is_symbolic
 from .scheduler import Kernel, Step
 from .triton_cache import TuneStore, interpreting
 from .triton_render import TritonKernel, next_power_of_2
@@ -37,8 +38,8 @@ def _warps(elements: int, per_thread: int) -> int:
 
 def candidate_configs(k: TritonKernel) -> List[LaunchConfig]:
     """Configs worth timing for `k` (one when interpreting)."""
-    xcap = next_power_of_2(max(k.xnumel, 1))
-    rb = next_power_of_2(max(k.rnumel, 1))
+    xcap = next_power_of_2(max(k.xhint, 1))
+    rb = next_power_of_2(max(k.rhint, 1))
     if interpreting():
         if k.kind == "pointwise":
             return [LaunchConfig(min(xcap, _INTERPRET_MAX_BLOCK))]
@@ -80,31 +81,39 @@ class Launcher:
         self.interpret = interpreting()
         self.config: LaunchConfig = None  # type: ignore[assignment]
         self._launch = None  # the chosen config's bound launch
+        self.symbolic = is_symbolic(kernel.xnumel)
 
-    def bind(self, config: LaunchConfig) -> Callable[..., None]:
+    def bind(self, config: LaunchConfig, xnumel: int) -> Callable[..., None]:
+        """The launch with `config` over `xnumel` points (any xnumel when the sizes are symbolic)."""
         k = self.kernel
         meta: Dict[str, int] = {"XBLOCK": config.XBLOCK, "num_warps": config.num_warps}
         if k.kind == "looped":
             meta["RBLOCK"] = config.RBLOCK
-        launch = self.fn[((k.xnumel + config.XBLOCK - 1) // config.XBLOCK,)]
-        if not self.interpret:
-            return lambda *tensors: launch(*tensors, **meta)
+        fn, grid = self.fn, lambda n: ((n + config.XBLOCK - 1) // config.XBLOCK,)
+        fixed = fn[grid(xnumel)]
 
-        def quiet(*tensors):
+        def launch(*args, xnumel=None):
+            (fixed if xnumel is None else fn[grid(xnumel)])(*args, **meta)
+        if not self.interpret:
+            return launch
+
+        def quiet(*args, xnumel=None):
             # Masked-off lanes compute on zeros (1 / 0 and the like); numpy would warn.
             with np.errstate(all="ignore"):
-                launch(*tensors, **meta)
+                launch(*args, xnumel=xnumel)
         return quiet
 
-    def __call__(self, tensors: Sequence[torch.Tensor]) -> None:
+    def __call__(self, args: Sequence[Any], sizes: Sizes = STATIC) -> None:
+        """Launch over `args` (tensors, then the size symbols' values) with this call's `sizes`."""
+        xnumel = sizes.scalar(self.kernel.xnumel)
+        if xnumel == 0:
+            return
         if self._launch is None:
-            if self.kernel.xnumel == 0:
-                return
-            self.config = self._choose(tensors)
-            self._launch = self.bind(self.config)
-        self._launch(*tensors)
+            self.config = self._choose(args, xnumel)
+            self._launch = self.bind(self.config, xnumel)
+        self._launch(*args, xnumel=xnumel if self.symbolic else None)
 
-    def _choose(self, tensors: Sequence[torch.Tensor]) -> LaunchConfig:
+    def _choose(self, tensors: Sequence[Any], xnumel: int) -> LaunchConfig:
         candidates = candidate_configs(self.kernel)
         if len(candidates) == 1:
             return candidates[0]
@@ -112,7 +121,7 @@ class Launcher:
         if saved is not None:
             return LaunchConfig(**saved)
         # Kernels never write their inputs, so running one repeatedly is harmless.
-        timings = [(bench(lambda f=self.bind(c): f(*tensors)), i) for i, c in enumerate(candidates)]
+        timings = [(bench(lambda f=self.bind(c, xnumel): f(*tensors)), i) for i, c in enumerate(candidates)]
         best = candidates[min(timings)[1]]
         log.debug("triton autotune %s: %s -> %s", self.entry, timings, best)
         self.store.put(self.entry, asdict(best))
@@ -145,16 +154,23 @@ class TritonGraph(CompiledGraph):
         device = self.device
 
         def call(env: Dict[str, Any], nthreads: int) -> None:
+            sizes = env[SIZES]
             for b in allocs:
+                b = sizes.buffer(b)
                 env[b.name] = torch.empty_strided(b.size, b.stride, dtype=b.dtype, device=device)
-            launcher([env[a] for a in args])
+            launcher([env[a] for a in args] + list(sizes.values), sizes)
         return call
 
     def __call__(self, *args: torch.Tensor) -> Any:
         # The base class copies inputs whose strides differ from the compiled ones into fresh
         # (host) memory; make those copies on the graph's device first.
         fixed = []
+        sizes = self.sizes(args)
         for buf, t in zip(self.inputs, args):
+            if buf is None:
+                fixed.append(t)
+                continue
+            buf = sizes.buffer(buf)
             if not same_layout(buf.size, t.stride(), buf.stride) and is_dense(buf.size, buf.stride):
                 if buf.name in self.aliased:
                     return self.fallback(*args)
