@@ -182,3 +182,20 @@ def test_training_with_symbolic_sizes_compiles_forward_and_backward():
             assert_close(p.grad, q.grad)
     assert cpp_build.stats["compiles"] - builds <= 2
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
+
+
+def test_symbolic_int_arguments_are_kernel_arguments():
+    """An int argument that varies becomes a symbolic graph input (automatic dynamic): used as a
+    value and as a size, 1 included, it is passed to the kernels, not compiled in."""
+    def fn(x, n):
+        return x * n + 1, torch.ones(n) * 2
+
+    backend = Counting()
+    compiled = minidynamo.optimize(backend)(fn)
+    for n in range(1, 10):
+        x = torch.randn(3, 4)
+        for a, b in zip(compiled(x, n), fn(x, n)):
+            assert_close(a, b)
+    assert len(backend.compiled) == 2
+    assert len(_symbolic_graphs(backend)) == 1
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)

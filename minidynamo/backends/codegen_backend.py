@@ -82,7 +82,7 @@ def has_unused_ops(gm: torch.fx.GraphModule) -> bool:
 def eager_reason(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional[str]:
     """Why the code generators leave this graph to eager torch, or None."""
     if traceable_examples(gm, example_inputs) is None:
-        return "inputs that are neither tensors nor symbolic sizes"
+        return "inputs that are neither tensors nor symbolic ints (a symbolic float, say)"
     if under_functorch(gm, example_inputs):
         return "traced inside a torch.func transform"
     if sets_grad_mode(gm):

@@ -588,8 +588,8 @@ def _var(L, node, x, dims, correction=0, *, output_dtype=None):
 
     sq = L.reduce(Lazy(x.size, out, deviation_sq), dims, "sum", out, False)
     if any_symbolic((n,)):
-        # a product of dynamic dims is at least 2 (dynamic dims are never 0 or 1)
-        if not (norm(n).is_Symbol or norm(n).is_Mul) or not 0 <= correction <= 2:
+        low = L.size_vars.lower_bound(norm(n))
+        if low is None or not 0 <= correction <= low:  # else eager's max(n - correction, 0) may be 0
             raise CannotLower("variance over symbolic sizes with this correction")
         denom = const(norm(n - correction), out)
     else:

@@ -29,6 +29,7 @@ class SizeVars:
         self.shape_env = shape_env
         self._renamed: Dict[sympy.Symbol, sympy.Symbol] = {}
         self.hints: Dict[sympy.Symbol, int] = {}
+        self.lower: Dict[sympy.Symbol, int] = {}  # what the guards say each symbol is at least
         self.sources: Dict[sympy.Symbol, Tuple[int, str, int]] = {}
 
     @property
@@ -45,6 +46,8 @@ class SizeVars:
         if isinstance(value, torch.SymFloat):  # a size made a float (mean's divisor): its integer value
             e = e.replace(lambda x: x.func.__name__ == "ToFloat", lambda x: x.args[0])
             e = e.xreplace({f: sympy.Integer(int(f)) for f in e.atoms(sympy.Float) if f == int(f)})
+            if not all(x.is_integer for x in e.free_symbols):
+                raise CannotCompile(f"a symbolic float {e}")
         if self.shape_env is not None:
             e = self._resolve_max_min(self.shape_env.replace(e))
         if e.is_Integer:
@@ -54,6 +57,8 @@ class SizeVars:
                 new = sympy.Symbol(f"ks{len(self._renamed)}", integer=True, positive=True)
                 self._renamed[s] = new
                 self.hints[new] = int(self.shape_env.backed_var_to_val[s]) if self.shape_env is not None else 2
+                low = self.shape_env.var_to_range[s].lower if self.shape_env is not None else 2
+                self.lower[new] = int(low) if low.is_finite else -(1 << 62)
         e = sympy.expand(e.xreplace(self._renamed))
         _check_polynomial(e)
         return e
@@ -67,6 +72,21 @@ class SizeVars:
                 return m
             return larger[0] if m.func.__name__ == "Max" else (b if larger[0] is a else a)
         return e.replace(lambda x: x.func.__name__ in ("Max", "Min") and len(x.args) >= 2, resolve)
+
+    def lower_bound(self, e: SizeExpr) -> Optional[int]:
+        """A lower bound of a product of symbols at least 1 and positive ints; None for others."""
+        if isinstance(e, int):
+            return e
+        bound = 1
+        for f in sympy.Mul.make_args(e):
+            base, exp = f.as_base_exp()
+            if base.is_Integer and exp == 1 and base > 0:
+                bound *= int(base)
+            elif base.is_Symbol and exp.is_Integer and exp > 0 and self.lower.get(base, 0) >= 1:
+                bound *= self.lower[base] ** int(exp)
+            else:
+                return None
+        return bound
 
     def exprs(self, values: Sequence[Any]) -> Tuple[SizeExpr, ...]:
         return tuple(self.expr(v) for v in values)
