@@ -7,6 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import minidynamo
+from benchmarks.bench_dynamic import Block
 from minidynamo.backends import lookup_backend
 from minidynamo.codegen import cpp_build
 from minidynamo.codegen.cpp_wrapper import CppGraph
@@ -38,24 +39,9 @@ class Counting:
         return out
 
 
-class Block(nn.Module):
-    """A pre-norm transformer block: attention and a GELU MLP, residuals."""
-
-    def __init__(self, d: int = 32, heads: int = 4):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x):
-        y = self.ln1(x)
-        x = x + self.attn(y, y, y, need_weights=False)[0]
-        return x + self.mlp(self.ln2(x))
-
-
 torch.manual_seed(0)
 _LINEAR = nn.Linear(16, 24)
-_BLOCK = Block().eval()
+_BLOCK = Block(d=32).eval()
 
 CASES = {
     "pointwise": (lambda x: torch.sigmoid(x) * x + 1, lambda n: (torch.randn(n, 3, n + 1),)),
