@@ -185,3 +185,21 @@ def test_symbolic_int_arguments_are_kernel_arguments():
     assert len(backend.compiled) == 2
     assert len(_symbolic_graphs(backend)) == 1
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
+
+
+def test_symbolic_row_sums_accumulate_in_float_chunks():
+    """A float sum over a row of symbolic length adds float partials of 4096 elements into a
+    double (as exact as the static float sum for short rows, as a double sum for long ones), and
+    softmax keeps its exponentials in the output row (computed once) as with static sizes."""
+    fn = lambda x: (torch.softmax(x, -1), x.sum(-1))  # noqa: E731
+    backend = Counting()
+    compiled = minidynamo.optimize(backend, dynamic=True)(fn)
+    with torch.no_grad():
+        for n in (3, 100, 4096, 5000, 20000):
+            x = torch.randn(4, n) * 4
+            for a, b in zip(compiled(x), fn(x)):
+                assert_close(a, b)
+    graph, = _symbolic_graphs(backend)
+    kernels = graph.source.split("static void kernel0")[1]
+    assert "rc += 4096" in kernels and kernels.count("md_expf(") == 1
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import torch
 
 from .cpp_prelude import PRELUDE
-from .cpp_tuning import CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
+from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
 from .render import KernelRenderer, Scope, flat_inner, index_code, is_inner_var
 from .scheduler import Kernel, KNode, Stage, Step
@@ -77,6 +77,7 @@ class CppRenderer(KernelRenderer):
         self.stream_lines: Dict[str, str] = {}  # streaming store line -> the plain store line
         self.flat = ""  # flat inner-loop position of the current stage
         self.blocked: Dict[str, List[str]] = {}  # reductions with per-lane accumulator arrays
+        self.chunked: List[str] = []  # float sums of the stage accumulated chunk by chunk
 
     # -- spelling ------------------------------------------------------------------------------
 
@@ -254,6 +255,7 @@ class CppRenderer(KernelRenderer):
         clauses, finals = [], []
         serial = False
         lanes = self.tuning.blocked_lanes(stage, reductions)
+        self.chunked = [] if lanes else self.tuning.chunked_sums(stage, reductions)
         for kn in reductions:
             # With `lanes` accumulators each sums numel/lanes values; _reduction_init's float
             # threshold is stated for 16 of them.
@@ -361,7 +363,21 @@ class CppRenderer(KernelRenderer):
             elif d == len(stage.inner) - 1 and not serial:
                 pragma = f"#pragma omp simd{clause}"
             loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size_code(size)}; r{d}++) {{"))
-        self.outer.lines.extend(_nest(loops, self.loop.lines))
+        if self.chunked:
+            self.outer.lines.extend(self._chunked_loop(stage, loops[0][0]))
+        else:
+            self.outer.lines.extend(_nest(loops, self.loop.lines))
+
+    def _chunked_loop(self, stage: Stage, pragma: str) -> List[str]:
+        """The single inner loop in chunks of FLOAT_SUM_MAX, the chunked sums' float partials
+        added to their double accumulators after each (see CppTuning.chunked_sums)."""
+        size = size_code(stage.inner[0])
+        lines = [f"for (int64_t rc = 0; rc < {size}; rc += {FLOAT_SUM_MAX}) {{",
+                 f"  const int64_t re = rc + {FLOAT_SUM_MAX} < {size} ? rc + {FLOAT_SUM_MAX} : {size};"]
+        lines += [f"  float {name}_acc_c = 0;" for name in self.chunked]
+        lines += ["  " + line for line in _nest([(pragma, "for (int64_t r0 = rc; r0 < re; r0++) {")], self.loop.lines)]
+        lines += [f"  {name}_acc += {name}_acc_c;" for name in self.chunked]
+        return lines + ["}"]
 
     def _emit_streaming(self, stage: Stage) -> None:
         """Rows whose outputs are 64-byte aligned: 16 values at a time into a register-sized
@@ -403,6 +419,9 @@ class CppRenderer(KernelRenderer):
         kind = node.kind
         floating = src_dtype.is_floating_point
         lines = self.outer.lines
+        if kn.name in self.chunked:
+            lines.append(f"double {acc} = 0;")
+            return [f"+:{acc}_c"], [f"{t_out} {res} = static_cast<{t_out}>({acc});"], False
         if kind in ("sum", "prod"):
             t_acc = "double" if double_accumulator(node.dtype, length) else t_out
             lines.append(f"{t_acc} {acc} = {0 if kind == 'sum' else 1};")
@@ -438,6 +457,8 @@ class CppRenderer(KernelRenderer):
         if kn.name in self.blocked:
             nan = f"{acc}_nan_l[rj]"
             acc = f"{acc}_l[rj]"
+        if kn.name in self.chunked:
+            acc = f"{acc}_c"
         lines = self.loop.lines
         kind = node.kind
         floating = kn.body.dtype.is_floating_point

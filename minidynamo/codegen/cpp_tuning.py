@@ -73,7 +73,7 @@ class CppTuning:
         once into a thread-local row array instead of being recomputed."""
         stages_of: Dict[Expr, List[int]] = {}
         for i, st in enumerate(self.k.stages):
-            if st.inner is None or any_symbolic(st.inner) or numel(st.inner) > SPILL_MAX:
+            if st.inner is None or (not any_symbolic(st.inner) and numel(st.inner) > SPILL_MAX):
                 continue
             # In walk order, not a set's: the source (and so its cache key) must not depend on
             # the process's string hash seed.
@@ -89,8 +89,10 @@ class CppTuning:
             later = {s for s in stages[1:] if self.k.stages[s].inner == self.k.stages[first].inner}
             if later:
                 name = f"row{len(spills)}"
-                spills[e] = (name, first, later)
                 target = self._spill_target(e, later)
+                if target is None and any_symbolic(self.k.stages[first].inner):
+                    continue  # a row array on the stack needs a fixed size; an output row has one
+                spills[e] = (name, first, later)
                 if target is not None:
                     buf, outer = target
                     self.spill_into[name] = f"{buf} + ({index_code(outer)})"
@@ -205,6 +207,14 @@ class CppTuning:
             if not rest.terms and numel(buf.size) * buf.dtype.itemsize >= PREFETCH_MIN_BYTES:
                 starts.append((name, rest.const, buf.dtype.itemsize))
         return starts
+
+    def chunked_sums(self, stage: Stage, reductions: List[KNode]) -> List[str]:
+        """float32 sums over one inner dim of symbolic length: accumulated in float over chunks of
+        FLOAT_SUM_MAX elements, each chunk's sum added to a double. Exactly the float sum of short
+        rows (one chunk), and as accurate as a double sum for long ones, whatever the length."""
+        if len(stage.inner) != 1 or not any_symbolic(stage.inner):
+            return []
+        return [kn.name for kn in reductions if kn.node.kind == "sum" and kn.node.dtype == torch.float32]
 
     def blocked_lanes(self, stage: Stage, reductions: List[KNode]) -> int:
         """Accumulators per reduction (4 vectors' worth) when the stage's reductions are all
