@@ -22,6 +22,10 @@ verify_atol: Optional[float] = None
 # Graphs traced inside DistributedDataParallel's forward are compiled in parts, one per gradient
 # bucket, so each bucket's all-reduce overlaps the rest of backward (see backends/ddp_split.py).
 optimize_ddp: bool = True
+# A kernel build (g++) running longer than compile_progress_after seconds shows how many kernels
+# are built on stderr: a live line on a terminal, one line at the end otherwise.
+compile_progress: bool = os.environ.get("MINIDYNAMO_COMPILE_PROGRESS", "1") != "0"
+compile_progress_after: float = 2.0
 
 
 class _ConfigModule(types.ModuleType):

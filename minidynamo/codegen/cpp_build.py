@@ -4,6 +4,8 @@ Disk entries live in `<cache_dir>/cpp/<key>.so` with a `<key>.json` sidecar hold
 size and sha256; the key hashes the source, the compiler's identity and the flags. Both files are
 written to temporaries and renamed into place, so readers never see partial files; an entry whose
 checksum does not match, that fails to load, or whose marker symbol names another key is rebuilt.
+A large library builds as several translation units in parallel; a long build shows its progress
+(build_progress).
 """
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ import json
 import os
 import subprocess
 import tempfile
-from typing import Dict
+from typing import Dict, List, Optional, Tuple
 
 from . import disk_cache
+from .build_progress import BuildProgress
 
 FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC",
          "-std=c++17",
@@ -26,6 +29,9 @@ FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shar
          "-fwrapv")
 LIBS = ("-lmvec", "-lm")
 MARKER = "minidynamo_cache_key"
+UNIT_BREAK = "\n// minidynamo: a translation unit may start here\n"  # see translation_units
+KERNEL_DEF = "static void kernel"
+UNIT_MIN_KERNELS = 16
 
 stats: Dict[str, int] = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "rejected": 0}
 _loaded = disk_cache.Loaded(stats)
@@ -111,16 +117,91 @@ def _compile(source: str, so_path: str) -> None:
         out = os.path.join(tmp, "kernels.so")
         with open(src, "w") as f:
             f.write(source)
-        cmd = [compiler(), *FLAGS, src, "-o", out, *LIBS]
         stats["compiles"] += 1
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
+        units = translation_units(source, _jobs())
+        progress = BuildProgress(sum(n for _, n in units), len(units))
+        if len(units) == 1:
+            error = _run([[compiler(), *FLAGS, src, "-o", out, *LIBS]], [units[0][1]], progress)
+        else:
+            error = _build_units(units, tmp, out, progress)
+        progress.finish()
+        if error is not None:
             failed = so_path[:-3] + ".failed.cpp"
             os.replace(src, failed)
-            raise RuntimeError(f"g++ failed:\n{proc.stderr[-4000:]}\n--- source kept in {failed}")
+            raise RuntimeError(f"g++ failed:\n{error[-4000:]}\n--- source kept in {failed}")
         digest = _digest(out)
         # Library first, then the sidecar that vouches for it: a reader that finds a sidecar
         # always finds the library it describes (or a newer identical build).
         disk_cache.move_in(out, so_path)
         disk_cache.write(so_path[:-3] + ".json", json.dumps(digest))
         disk_cache.move_in(src, so_path[:-3] + ".cpp")  # for reading only; never used to load
+
+
+def _jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def translation_units(source: str, jobs: int) -> List[Tuple[str, int]]:
+    """The source as translation units built in parallel, with their kernel counts: the part
+    before the first UNIT_BREAK (the prelude) heads every unit, the parts after it (a kernel group
+    each) are dealt out in order. One unit for small libraries, where a unit's fixed cost (the
+    prelude, a process) outweighs the parallel build."""
+    head, *bodies = source.split(UNIT_BREAK)
+    counts = [b.count(KERNEL_DEF) for b in bodies]
+    if jobs < 2 or sum(counts) < UNIT_MIN_KERNELS * 2:
+        return [(source, sum(counts))]
+    n = min(jobs * 2, sum(counts) // UNIT_MIN_KERNELS, len(bodies))
+    per_unit = -(-sum(counts) // n)
+    units: List[Tuple[List[str], int]] = []
+    for body, count in zip(bodies, counts):
+        if not units or units[-1][1] >= per_unit:
+            units.append(([], 0))
+        units[-1][0].append(body)
+        units[-1] = (units[-1][0], units[-1][1] + count)
+    return [(head + "\n".join(parts), count) for parts, count in units]
+
+
+def _build_units(units: List[Tuple[str, int]], tmp: str, out: str, progress: BuildProgress) -> Optional[str]:
+    """Compile each unit to an object file (at most _jobs() at once), then link them."""
+    commands, objects = [], []
+    for i, (text, _) in enumerate(units):
+        path, obj = os.path.join(tmp, f"unit{i}.cpp"), os.path.join(tmp, f"unit{i}.o")
+        with open(path, "w") as f:
+            f.write(text)
+        commands.append([compiler(), *[f for f in FLAGS if f != "-shared"], "-c", path, "-o", obj])
+        objects.append(obj)
+    error = _run(commands, [n for _, n in units], progress)
+    if error is not None:
+        return error
+    return _run([[compiler(), "-shared", "-fopenmp", *objects, "-o", out, *LIBS]], [0], progress)
+
+
+def _run(commands: List[List[str]], kernels: List[int], progress: BuildProgress) -> Optional[str]:
+    """Run the commands, _jobs() at a time, telling `progress` the kernels of those done; the
+    first failure's stderr, or None."""
+    pending = list(zip(commands, kernels))
+    running: List[Tuple[subprocess.Popen, int]] = []
+    built = progress.built
+    while pending or running:
+        while pending and len(running) < _jobs():
+            cmd, count = pending.pop(0)
+            running.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), count))
+        proc, count = running[0]
+        try:
+            _, err = proc.communicate(timeout=0.2)
+        except subprocess.TimeoutExpired:
+            progress.update(built)
+            running.append(running.pop(0))
+            continue
+        running.pop(0)
+        if proc.returncode != 0:
+            for other, _ in running:
+                other.kill()
+                other.wait()
+            return err
+        built += count
+        progress.update(built)
+    return None

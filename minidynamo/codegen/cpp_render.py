@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
+from .cpp_build import UNIT_BREAK
 from .cpp_prelude import PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
@@ -570,5 +571,7 @@ def render_cpp(steps: Sequence[Step], buffers: Dict[str, Buffer], keep: Set[str]
     rendered = [CppRenderer(k, buffers, symbols).render() for k in steps if isinstance(k, Kernel)]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep)
-    parts = [e.source for e in rendered] + [_group_source(g, by_name, buffers, symbols) for g in groups]
-    return PRELUDE + "\n" + "\n".join(parts), rendered, groups
+    # each group with its kernels: the parts cpp_build may compile as separate translation units
+    parts = ["\n".join([by_name[k].source for k in g.kernels] + [_group_source(g, by_name, buffers, symbols)])
+             for g in groups]
+    return PRELUDE + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups
