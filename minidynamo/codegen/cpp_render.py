@@ -300,7 +300,12 @@ class CppRenderer(KernelRenderer):
     def _blocked_loop(self, stage: Stage, lanes: int) -> None:
         loops = [("", f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
                  for d, size in enumerate(stage.inner[:-1])]
-        loops += [("", f"for (int64_t rb = 0; rb < {stage.inner[-1]}; rb += {lanes}) {{")]
+        last = size_code(stage.inner[-1])
+        tail = is_symbolic(stage.inner[-1])  # a length the lanes may not divide: a tail loop
+        full = f"rfull{self.stage_index}"  # where the tail starts
+        if tail:
+            self.outer.lines.append(f"const int64_t {full} = {last} - {last} % {lanes};")
+        loops += [("", f"for (int64_t rb = 0; rb < {full if tail else last}; rb += {lanes}) {{")]
         lines = _nest(loops, [])
         close = lines[len(loops):]
         lines = lines[:len(loops)]
@@ -324,6 +329,9 @@ class CppRenderer(KernelRenderer):
                        self.loop.lines)
         lines = lines[:len(loops)] + [pad + ln if not ln.startswith(pad) else ln
                                       for ln in lines[len(loops):]] + close
+        if tail:
+            lines += ["{", f"  const int64_t rb = {full};"] + ["  " + ln for ln in _nest(
+                [("#pragma omp simd", f"for (int64_t rj = 0; rj < {last} - {full}; rj++) {{")], self.loop.lines)] + ["}"]
         self.outer.lines.extend(lines)
 
     def _combine_lanes(self, reductions: List[KNode], lanes: int) -> None:

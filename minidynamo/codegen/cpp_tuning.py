@@ -188,6 +188,8 @@ class CppTuning:
         at page boundaries). (buffer, row, itemsize) of each such input."""
         size = stage.inner[0]
         out = []
+        if is_symbolic(size):
+            return out
         for name, row in self.contiguous_loads(stage.nodes, "r0"):
             itemsize = self.buffers[name].dtype.itemsize
             if size * itemsize >= PAGE_AHEAD_MIN_ROW_BYTES and (4096 // itemsize) % lanes == 0:
@@ -218,8 +220,10 @@ class CppTuning:
 
     def blocked_lanes(self, stage: Stage, reductions: List[KNode]) -> int:
         """Accumulators per reduction (4 vectors' worth) when the stage's reductions are all
-        sum/max/min over a last inner dim they divide; 0 for the plain `omp simd reduction`."""
-        if not reductions or any_symbolic(stage.inner) or stage.inner[-1] < 256:
+        sum/max/min over a last inner dim they divide (or over one inner dim of symbolic length,
+        whose tail the lanes take one by one); 0 for the plain `omp simd reduction`."""
+        symbolic = any_symbolic(stage.inner)
+        if not reductions or (symbolic and len(stage.inner) != 1) or hint(stage.inner[-1]) < 256:
             return 0
         widths = set()
         for kn in reductions:
@@ -229,8 +233,8 @@ class CppTuning:
                 return 0
             widths.add(t.itemsize)
             if kn.node.kind == "sum" and t == torch.float32 \
-                    and numel(stage.inner) * 16 // 64 > FLOAT_SUM_MAX:
+                    and (symbolic or numel(stage.inner) * 16 // 64 > FLOAT_SUM_MAX):
                 widths.add(8)  # double accumulator
         lanes = 256 // max(widths)
-        return lanes if stage.inner[-1] % lanes == 0 else 0
+        return lanes if symbolic or stage.inner[-1] % lanes == 0 else 0
 
