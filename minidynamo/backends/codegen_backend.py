@@ -60,6 +60,31 @@ def traceable_examples(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Op
     return metas
 
 
+def no_grad_body(gm: torch.fx.GraphModule) -> Optional[torch.fx.GraphModule]:
+    """A graph whose ops all run with grad mode off, switched by its own nodes and left as the
+    caller had it (an optimizer step or gradient clipping under no_grad): a copy without the
+    switches, else None."""
+    entry = mode = torch.is_grad_enabled()
+    switches = []
+    for n in gm.graph.nodes:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            continue
+        if n.target is torch._C._set_grad_enabled:
+            if len(n.args) != 1 or not isinstance(n.args[0], bool) or n.kwargs:
+                return None
+            mode = n.args[0]
+            switches.append(n.name)
+        elif mode:
+            return None
+    if not switches or mode != entry:
+        return None
+    body = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    for node in [n for n in body.graph.nodes if n.name in switches]:
+        body.graph.erase_node(node)
+    body.recompile()
+    return body
+
+
 def under_functorch(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
     """Compiled inside a torch.func transform (grad, vjp, jacrev, vmap): its wrapped tensors have
     no storage the kernels could read, and the transform must see every op, so such graphs run
@@ -108,9 +133,12 @@ class CodegenBackend:
 
     known_options = frozenset({"max_autotune", "coordinate_descent_tuning", "triton.cudagraphs"})
 
-    def __init__(self, name: str, compile_graph: Callable[[torch.fx.GraphModule, List[torch.Tensor]], Callable]):
+    def __init__(self, name: str, compile_graph: Callable[[torch.fx.GraphModule, List[torch.Tensor]], Callable],
+                 compile_writing: Optional[Callable[[torch.fx.GraphModule, List[torch.Tensor]], Callable]] = None):
         self.__name__ = name
         self.compile_graph = compile_graph
+        # for graphs that change their inputs in place (None: they run eagerly)
+        self.compile_writing = compile_writing
 
     def _eager(self, gm: torch.fx.GraphModule, reason: str) -> Callable:
         record_fallback(self.__name__, reason)
@@ -167,8 +195,36 @@ class CodegenBackend:
                                          bw_compiler=boxed("backward"))
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
+    def compile_no_grad(self, gm: torch.fx.GraphModule, body: torch.fx.GraphModule,
+                        example_inputs: List[torch.Tensor]) -> Callable:
+        """`gm`, whose `body` runs under no_grad and may change its inputs in place (an optimizer
+        step), compiled as `body` called with grad mode off."""
+        reason = eager_reason(body, example_inputs)
+        if reason is not None:
+            return self._eager(gm, reason)
+        example_inputs = traceable_examples(body, example_inputs)
+        try:
+            with unset_fake_temporarily(), torch.no_grad():
+                compiled = self.compile_writing(body, example_inputs)
+        except Exception as e:
+            return self._fallback(gm, e)
+        call, set_grad = compiled.run, torch._C._set_grad_enabled
+
+        def run(*args):
+            mode = torch.is_grad_enabled()
+            set_grad(False)
+            try:
+                return call(*args)
+            finally:
+                set_grad(mode)
+        run.compiled = compiled  # type: ignore[attr-defined]
+        return run
+
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor],
                  options: Optional[Dict[str, Any]] = None) -> Callable:
+        body = no_grad_body(gm) if self.compile_writing is not None else None
+        if body is not None:
+            return self.compile_no_grad(gm, body, example_inputs)
         reason = eager_reason(gm, example_inputs)
         if reason is not None:
             return self._eager(gm, reason)

@@ -13,4 +13,10 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor])
     return compile_cpp_graph(gm, example_inputs)
 
 
-cpp = register_backend(CodegenBackend("cpp", _compile_graph), name="cpp")
+def _compile_writing(gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
+    from ..codegen.cpp_pipeline import compile_cpp_graph
+
+    return compile_cpp_graph(gm, example_inputs, input_writes=True)
+
+
+cpp = register_backend(CodegenBackend("cpp", _compile_graph, _compile_writing), name="cpp")

@@ -294,7 +294,10 @@ class GraphLowering:
         return self.size_vars.expr(val)
 
     def lower_call(self, node: torch.fx.Node, table: Dict[Any, Callable]) -> Any:
-        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: self.env[n])
+        count = node.meta["val"].numel() if isinstance(node.meta.get("val"), torch.Tensor) else 1
+        many = not isinstance(count, int) or count > 1  # a symbolic count is not compared: no guard
+        args, kwargs = torch.fx.node.map_arg(
+            (node.args, node.kwargs), lambda n: self.computed_once(self.env[n]) if many else self.env[n])
         if node.target is operator.getitem:
             return args[0][args[1]]
         fn = table.get(node.target) or table.get(getattr(node.target, "overloadpacket", None))
@@ -312,6 +315,16 @@ class GraphLowering:
                 if self.size_vars is None:
                     raise
         return self.extern(node, args, kwargs)
+
+    def computed_once(self, v: Any) -> Any:
+        """A one-element value that computes something (an optimizer's bias correction from its
+        step count: powers, square roots), in memory when an op spreads it over many elements, so
+        the loop reading it does not compute it again for every element."""
+        if not isinstance(v, Lazy) or numel(v.size) != 1:
+            return v
+        if not any(isinstance(e, Op) for e in v.load(tuple(Index() for _ in v.size)).walk()):
+            return v
+        return self.realize(v)
 
     def lower_outputs(self, outs) -> None:
         """Outputs share memory with inputs, constants and each other exactly where eager's do:

@@ -22,12 +22,13 @@ def symbolic_shape_env(example_inputs: Sequence[Any]) -> Optional[Any]:
 
 
 def lower_and_schedule(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                       device_type: str = "cpu") -> Tuple[GraphLowering, List[Step]]:
+                       device_type: str = "cpu", input_writes: bool = False
+                       ) -> Tuple[GraphLowering, List[Step]]:
     shape_env = symbolic_shape_env(example_inputs)
     size_vars = SizeVars(shape_env) if shape_env is not None else None
     guards = len(shape_env.guards) if shape_env is not None else 0
     with hints_of(size_vars):
-        traced, inputs = trace(gm, example_inputs)
+        traced, inputs = trace(gm, example_inputs, input_writes)
         lowering = GraphLowering(traced, inputs, device_type=device_type, size_vars=size_vars)
         lowering.run()
         if shape_env is not None:

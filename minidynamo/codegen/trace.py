@@ -45,9 +45,12 @@ def _hint(v: Any) -> Any:
     return optimization_hint(v) if isinstance(v, torch.SymInt) else v
 
 
-def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes: bool = False):
     """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples).
-    Examples with symbolic sizes (fake tensors, SymInts) are traced as they are, in their shape env."""
+    Examples with symbolic sizes (fake tensors, SymInts) are traced as they are, in their shape env.
+    With `input_writes`, a graph that changes its inputs in place is taken: the traced graph
+    returns (outputs, (new value of each changed input, ...)) and `meta["input_writes"]` lists those
+    inputs' positions (the caller copies the new values into them)."""
     symbolic = any(map(has_symbolic_sizes, example_inputs))
     if any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda")):
         # make_fx runs autocast's cast of a module tensor (a stand-in, see _with_stand_ins) eagerly
@@ -67,7 +70,7 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
                 traced = _functional_trace(_alias_prims_as_aten(traced), inputs, symbolic)
         else:
             traced = _functional_trace(traceable, inputs)
-        if _mutating_op(traced) is not None:
+        if _mutating_op(traced, input_writes) is not None:
             # Decompositions run below functionalization, so an in-place op inside one (GRU's
             # decomposition adds in place) survives; decomposing first and then functionalising
             # the decomposed graph removes those, leaving only genuine input mutations.
@@ -75,12 +78,42 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
     except Exception:
         check_eager_accepts_copies(gm, example_inputs)  # often eager's own refusal, met in a decomposition
         raise
-    target = _mutating_op(traced)
+    target = _mutating_op(traced, input_writes and not symbolic)
     if target is not None:
         raise CannotCompile(f"graph mutates its inputs ({target})")
+    writes = _take_input_writes(traced, example_inputs) if input_writes else {}
     _restore_originals(traced, stand_ins)
-    _match_eager_outputs(traced, check_eager_accepts(gm, example_inputs))
+    if writes:
+        _match_eager_outputs(traced, check_eager_accepts_copies(gm, example_inputs))
+        _return_input_writes(traced, writes)
+    else:
+        _match_eager_outputs(traced, check_eager_accepts(gm, example_inputs))
     return traced, inputs
+
+
+def _take_input_writes(traced: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
+                       ) -> Dict[int, torch.fx.Node]:
+    """Remove functionalization's copies of new values into inputs: input position -> new value.
+    Refused where a changed input shares memory with another input (the order of the copies
+    would matter)."""
+    placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
+    writes: Dict[int, torch.fx.Node] = {}
+    for node in list(traced.graph.nodes):
+        if node.target is aten.copy_.default and node.args[0] in placeholders and not node.users:
+            writes[placeholders.index(node.args[0])] = node.args[1]
+            traced.graph.erase_node(node)
+    storages = [t.untyped_storage()._cdata if isinstance(t, torch.Tensor) else None for t in example_inputs]
+    for i in writes:
+        if storages.count(storages[i]) > 1:
+            raise CannotCompile("an input changed in place shares memory with another input")
+    return writes
+
+
+def _return_input_writes(traced: torch.fx.GraphModule, writes: Dict[int, torch.fx.Node]) -> None:
+    output = next(n for n in traced.graph.nodes if n.op == "output")
+    output.args = ((output.args[0], tuple(writes[i] for i in sorted(writes))),)
+    traced.meta["input_writes"] = sorted(writes)
+    traced.recompile()
 
 
 def _match_eager_outputs(traced: torch.fx.GraphModule, layouts: Sequence[Optional[Tuple[Tuple[int, ...], torch.dtype]]]) -> None:
@@ -169,10 +202,11 @@ def _restore_originals(traced: torch.fx.GraphModule, stand_ins: Dict) -> None:
                 object.__setattr__(owner, name, hit[1])
 
 
-def check_eager_accepts_copies(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> None:
+def check_eager_accepts_copies(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
+                               ) -> List[Optional[Tuple[Tuple[int, ...], torch.dtype]]]:
     """check_eager_accepts on copies of the inputs and module tensors, for a graph that may mutate them."""
     with unset_fake_temporarily():
-        check_eager_accepts(_with_stand_ins(gm, {}, copy_values=True), [_copy(t) for t in example_inputs])
+        return check_eager_accepts(_with_stand_ins(gm, {}, copy_values=True), [_copy(t) for t in example_inputs])
 
 
 def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
@@ -232,9 +266,14 @@ def _alias_prims_as_aten(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
-def _mutating_op(gm: torch.fx.GraphModule):
+def _mutating_op(gm: torch.fx.GraphModule, except_input_writes: bool = False):
+    """The first op changing a tensor in place (`except_input_writes`: other than functionalization's
+    final copy of a new value into an input)."""
+    placeholders = {n for n in gm.graph.nodes if n.op == "placeholder"}
     for node in gm.graph.nodes:
         target = node.target
+        if except_input_writes and target is aten.copy_.default and node.args[0] in placeholders:
+            continue
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             return target
     return None
