@@ -103,3 +103,39 @@ def test_no_grad_graph_raising_midway_leaves_inputs_as_eager_does():
     with pytest.raises(IndexError):
         minidynamo.optimize("cpp")(f)(y, idx)
     torch.testing.assert_close(y, x + 1)
+
+
+def test_split_and_cat_onto_an_empty_cache_are_views_not_extern_calls():
+    """GPT-2's attention splits q, k, v out of one projection and concatenates k, v onto an empty
+    cache: no extern call for either, and the saved chunks keep eager's strides (the backward graph
+    compiled for them runs compiled)."""
+    from minidynamo.codegen.cpp_pipeline import compile_cpp_graph
+
+    torch.manual_seed(0)
+    w = torch.randn(8, 24, requires_grad=True)
+    x = torch.randn(3, 8)
+    empty = torch.zeros(0, 8)
+
+    def attn(x, w):
+        q, k, v = (x @ w + 1).split(8, dim=1)
+        k = torch.cat([empty, k], 0)
+        return (q * k.tanh()).sum() + v.exp().sum()
+
+    compiled = minidynamo.optimize("cpp")(attn)
+    w2 = w.detach().clone().requires_grad_()
+    for _ in range(2):
+        got, want = compiled(x, w2), attn(x, w)
+        got.backward()
+        want.backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(w2.grad, w.grad)
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
+
+    def pieces(a):
+        first, second = torch.cat([empty, a], 0).split(4, 1)
+        return first * 2, second + 1
+
+    g = compile_cpp_graph(torch.fx.symbolic_trace(pieces), [torch.randn(3, 8)])
+    for got, want in zip(g(x), pieces(x)):
+        torch.testing.assert_close(got, want)
+    assert not [s for s in g.steps if getattr(s, "fn", None) is not None], "split or cat ran as an extern call"

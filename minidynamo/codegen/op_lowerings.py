@@ -12,7 +12,7 @@ import torch.fx
 from .errors import CannotLower
 from .graph_lowering import Lazy, Strided, Value, cast, const, is_dense
 from .sizes import any_symbolic, hint, norm
-from .ir import Expr, Index, IndexValue, Op, UNARY_MATH
+from .ir import Expr, Index, IndexValue, Op, UNARY_MATH, numel
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -507,6 +507,39 @@ register(aten.slice.Tensor)(_view_with(_lazy_slice))
 register(aten.select.int)(_view_with(_lazy_select))
 register(prims.broadcast_in_dim)(_view_with(_lazy_broadcast_in_dim))
 register(aten.unsqueeze, aten.squeeze)(_view_with(_lazy_other))
+
+
+@register(aten.split_with_sizes.default, aten.split.Tensor)
+def _split(L, node, x, sizes, dim=0):
+    """Chunks along `dim` as views of `x` in memory, not an extern call. (Remapped lazy chunks
+    would be laid out anew where they are outputs, not with eager's strides, which a backward
+    graph compiled for the saved chunks expects.)"""
+    if any_symbolic(x.size):
+        raise CannotLower("split of symbolic sizes")
+    x = L.realize(x)
+    dim %= len(x.size)
+    n = x.size[dim]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, n - start) for start in range(0, n, sizes)] if sizes else [n]
+    out, start = [], 0
+    for k in sizes:
+        size = x.size[:dim] + (k,) + x.size[dim + 1:]
+        out.append(Strided(size, x.dtype, x.buffer, x.stride, x.offset + start * x.stride[dim]))
+        start += k
+    return out
+
+
+@register(aten.cat.default)
+def _cat(L, node, tensors, dim=0):
+    """A concatenation in which one input holds everything (the others are empty, as a key/value
+    cache starts) is that input; others stay extern calls."""
+    out = meta(node)
+    if any(isinstance(t, Value) and any_symbolic(t.size) for t in tensors):
+        raise CannotLower("cat of symbolic sizes")
+    full = [t for t in tensors if isinstance(t, Value) and numel(t.size) > 0]
+    if len(full) != 1 or full[0].size != tuple(out.shape) or full[0].dtype != out.dtype:
+        raise CannotLower("cat of several inputs")
+    return full[0]
 
 
 @register(aten.t, aten.transpose.int)
