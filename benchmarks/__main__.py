@@ -15,7 +15,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from benchmarks import bench_compile, bench_ddp, bench_models, bench_overhead, bench_scaling, bench_zoo, report
+from benchmarks import (bench_compile, bench_ddp, bench_models, bench_overhead, bench_scaling, bench_train,
+                        bench_zoo, report)
 
 
 def kernels(quick: bool, threads: int) -> dict:
@@ -32,6 +33,7 @@ SECTIONS: Dict[str, Callable[[bool, int], object]] = {
     "scaling": lambda quick, threads: bench_scaling.run(quick),
     "zoo": lambda quick, threads: bench_zoo.run(quick),
     "ddp": lambda quick, threads: bench_ddp.run(quick),
+    "train": lambda quick, threads: bench_train.run(quick),
 }
 
 

@@ -169,9 +169,15 @@ def _ddp(section: dict) -> List[str]:
         _table(["system", "graphs", "equal to eager DDP", "all-reduce lead ms", "step ms", "eager DDP step ms"], rows)
 
 
+def _train(section: dict) -> List[str]:
+    from benchmarks.bench_train import markdown as train_markdown
+
+    return train_markdown(section) + [""]
+
+
 SECTIONS: Dict[str, Callable[[dict], List[str]]] = {
     "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
-    "zoo": _zoo, "ddp": _ddp}
+    "zoo": _zoo, "ddp": _ddp, "train": _train}
 
 
 def markdown(results: dict) -> str:

@@ -1,0 +1,148 @@
+"""Training: forward+backward, and the whole train step, of the tiny GPT-2, BERT and CNN under eager,
+minidynamo cpp and torch inductor, side by side in one process (`python -m benchmarks --only train`).
+
+"fwd+bwd" compiles the model and times forward, loss (mean square of the output), backward and
+clearing the gradients. "train step" compiles the whole step function: forward, loss, backward,
+AdamW's step and zero_grad (backward breaks the graph in both systems). Each system gets an
+identically seeded model; its results are checked against eager (loss and gradients, or loss and
+parameters after three steps) before anything is timed; then all systems are timed interleaved,
+call by call, and medians reported. The first call of each compiled system is timed with the code
+generators' caches empty (a fresh minidynamo kernel cache and inductor cache directory, inductor's
+FX graph cache off): the compile time a user sees the first time.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+
+from benchmarks.models import SOURCE, build, compile_with, main_tensor, reset_all
+from benchmarks.timing import interleaved_medians
+
+SYSTEMS = ("eager", "minidynamo cpp", "torch inductor")
+MODES = ("fwd+bwd", "train step")
+STEPS_CHECKED = 3
+
+
+def _loss(out: object) -> torch.Tensor:
+    return main_tensor(out).float().pow(2).mean()
+
+
+def _fwd_bwd(model: torch.nn.Module, args: list, system: str) -> Callable[[], torch.Tensor]:
+    call, params = compile_with(system, model), list(model.parameters())
+
+    def run() -> torch.Tensor:
+        loss = _loss(call(*args))
+        loss.backward()
+        for p in params:
+            p.grad = None
+        return loss.detach()
+    run.grads = lambda: (_loss(call(*args)).backward(), [p.grad for p in params])[1]  # type: ignore[attr-defined]
+    return run
+
+
+def _train_step(model: torch.nn.Module, args: list, system: str) -> Callable[[], torch.Tensor]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> torch.Tensor:
+        loss = _loss(model(*args))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return compile_with(system, step)
+
+
+def _cold_caches() -> None:
+    """Empty kernel caches for the first calls that follow (see the module docstring)."""
+    import minidynamo
+
+    minidynamo.config.cache_dir = tempfile.mkdtemp(prefix="bench-train-cpp-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-train-inductor-")
+    torch._inductor.config.fx_graph_cache = False
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Equal up to float32 summation order (batch norm's backward differs by ~1e-3 between
+    inductor and eager too), relative to the tensor's largest magnitude."""
+    scale = max(1.0, float(want.detach().abs().max())) if want.numel() else 1.0
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=5e-3 * scale, msg=lambda m: f"{what}: {m}")
+
+
+def _check(mode: str, runs: Dict[str, Callable], models: Dict[str, torch.nn.Module]) -> None:
+    """Each system against eager: loss and gradients (fwd+bwd) or losses and parameters after steps."""
+    if mode == "fwd+bwd":
+        expected = runs["eager"].grads()
+        for system, run in runs.items():
+            for got, want in zip(run.grads(), expected):
+                _close(got, want, f"{system} gradient")
+            for p in models[system].parameters():
+                p.grad = None
+        return
+    for _ in range(STEPS_CHECKED):
+        want = runs["eager"]()
+        for system, run in runs.items():
+            if system != "eager":
+                _close(run(), want, f"{system} loss")
+    for system, model in models.items():
+        for p, q in zip(model.parameters(), models["eager"].parameters()):
+            _close(p, q, f"{system} parameter")
+
+
+def measure(name: str, mode: str, repeat: int) -> dict:
+    """One (model, mode) row: first-call seconds and median ms per call of each system."""
+    reset_all()
+    _cold_caches()
+    make = _fwd_bwd if mode == "fwd+bwd" else _train_step
+    runs: Dict[str, Callable] = {}
+    models: Dict[str, torch.nn.Module] = {}
+    row: dict = {"model": name, "mode": mode, "first_s": {}, "ms": {}}
+    for system in SYSTEMS:
+        model, args = build(name)
+        model.train()
+        models[system], runs[system] = model, make(model, args, system)
+        start = time.perf_counter()
+        runs[system]()
+        row["first_s"][system] = time.perf_counter() - start
+    _check(mode, runs, models)
+    for run in runs.values():
+        run()
+    ns = interleaved_medians(runs, 1, repeat)
+    row["ms"] = {system: v / 1e6 for system, v in ns.items()}
+    return row
+
+
+def run(quick: bool = False, models: Tuple[str, ...] = ("gpt2", "bert", "cnn")) -> dict:
+    repeat = 15 if quick else 60
+    rows: List[dict] = []
+    for name in models:
+        for mode in MODES:
+            try:
+                rows.append(measure(name, mode, repeat))
+            except Exception as exc:  # recorded, the run goes on
+                rows.append({"model": name, "mode": mode, "error": f"{type(exc).__name__}: {exc}"[:500]})
+    reset_all()
+    return {"rows": rows, "systems": list(SYSTEMS), "source": SOURCE, "repeat": repeat}
+
+
+def markdown(section: dict) -> List[str]:
+    from benchmarks.report import _error_cell, _num, _table
+
+    rows = []
+    for r in section["rows"]:
+        if "error" in r:
+            rows.append([r["model"], r["mode"], _error_cell(r)] + [""] * 5)
+            continue
+        ms, first = r["ms"], r["first_s"]
+        cpp, ind, eager = ms["minidynamo cpp"], ms["torch inductor"], ms["eager"]
+        rows.append([r["model"], r["mode"], _num(eager, 3), f"{_num(cpp, 3)} ({_num(eager / cpp)}x)",
+                     f"{_num(ind, 3)} ({_num(eager / ind)}x)", _num(ind / cpp),
+                     _num(first["minidynamo cpp"], 2), _num(first["torch inductor"], 2)])
+    return ["## Training (median ms; in brackets: speed-up over eager; `benchmarks/bench_train.py`)", "",
+            f"GPT-2 and BERT: {section['source']}. cpp vs inductor > 1: cpp faster. First call: "
+            "seconds, kernel caches empty.", ""] + \
+        _table(["model", "mode", "eager ms", "minidynamo cpp ms", "torch inductor ms", "cpp vs inductor",
+                "cpp first call s", "inductor first call s"], rows)
