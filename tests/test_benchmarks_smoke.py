@@ -7,7 +7,7 @@ latency with one subprocess, minidynamo's).
 import json
 
 import pytest
-
+import torch
 
 from benchmarks import __main__ as cli
 from benchmarks import bench_compile, bench_models, bench_overhead, bench_scaling, bench_zoo
@@ -82,3 +82,28 @@ def test_ddp_section_renders_its_rows():
     text = "\n".join(report.SECTIONS["ddp"]({"rows": [row], "model": bench_ddp.MODEL}))
     assert "| minidynamo cpp, split per bucket | 8 | True | 116.90 | 265.00 | 233.60 |" in text
     assert "bucket_cap_mb=1.0" in text
+
+
+def test_train_section_checks_against_eager_and_renders_its_rows(monkeypatch):
+    """The train section's check catches a system whose gradients differ from eager's, and the
+    report renders measured and failed rows."""
+    from benchmarks import bench_train, report
+
+    monkeypatch.setattr(bench_train, "SYSTEMS", ("eager", "minidynamo eager"))
+    monkeypatch.setattr(bench_train, "_cold_caches", lambda: None)  # leaves the caches as they are
+    measured = bench_train.measure("cnn", "fwd+bwd", 2)
+    assert set(measured["ms"]) == {"eager", "minidynamo eager"} and measured["first_s"]["eager"] >= 0
+    model, args = bench_train.build("cnn")
+    runs = {"eager": bench_train._fwd_bwd(model, args, "eager")}
+    other, _ = bench_train.build("cnn")
+    with torch.no_grad():
+        list(other.parameters())[-1].add_(1.0)  # the output layer's bias
+    runs["minidynamo eager"] = bench_train._fwd_bwd(other, args, "minidynamo eager")
+    with pytest.raises(AssertionError, match="minidynamo eager gradient"):
+        bench_train._check("fwd+bwd", runs, {"eager": model, "minidynamo eager": other})
+    row = {"model": "gpt2", "mode": "train step", "first_s": {"minidynamo cpp": 2.0, "torch inductor": 30.0},
+           "ms": {"eager": 8.0, "minidynamo cpp": 4.0, "torch inductor": 5.0}}
+    text = "\n".join(report.SECTIONS["train"]({"rows": [row, {"model": "bert", "mode": "fwd+bwd", "error": "boom"}],
+                                                "source": "transformers"}))
+    assert "| gpt2 | train step | 8.000 | 4.000 (2.00x) | 5.000 (1.60x) | 1.25 | 2.00 | 30.00 |" in text
+    assert "error: boom" in text

@@ -2,7 +2,8 @@
 build -> a CppGraph calling the kernels."""
 from __future__ import annotations
 
-from typing import Sequence, Union
+import collections
+from typing import Dict, Sequence, Set, Union
 
 import torch
 import torch.fx
@@ -11,7 +12,10 @@ from .cpp_build import load_library
 from .errors import CannotCompile
 from .cpp_render import render_cpp
 from .cpp_wrapper import CppGraph
+from .graph_lowering import GraphLowering, is_dense
+from .ir import ExternNode
 from .pipeline import lower_and_schedule
+from .scheduler import Kernel, Step
 from .sizes import hints_of
 
 
@@ -22,35 +26,69 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
     writes = lowering.gm.meta.get("input_writes")
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []
-    with hints_of(lowering.size_vars):
-        source, rendered, groups = render_cpp(steps, lowering.buffers, keep, symbols)
-    lib = load_library(source) if rendered else None
     if not writes:
+        with hints_of(lowering.size_vars):
+            source, rendered, groups = render_cpp(steps, lowering.buffers, keep, symbols)
+        lib = load_library(source) if rendered else None
         return CppGraph(lowering, steps, lib, rendered, groups, source, gm.forward)
+    specs = lowering.outputs[-len(writes):]
     inputs = set(lowering.input_names) | set(lowering.constants)
-    if any(o.kind == "buffer" and o.buffer in inputs for o in lowering.outputs[-len(writes):]):
+    if any(o.kind == "buffer" and o.buffer in inputs for o in specs):
         raise CannotCompile("a changed input's new value is a view of an input")
-    return InputWriting(CppGraph(lowering, steps, lib, rendered, groups, source,
-                                 lambda *args: (gm.forward(*args), None)), writes)
+    in_kernels = _writes_in_kernels(lowering, steps, writes, keep)
+    source, rendered, groups = render_cpp(steps, lowering.buffers, keep - set(in_kernels), writeback=in_kernels)
+    done = {b for g in groups for b in g.writeback}
+    for spec in specs:
+        if spec.buffer in done:  # copied by its kernel group: the graph returns None for it
+            spec.kind, spec.constant = "constant", None
+    lib = load_library(source) if rendered else None
+    graph = CppGraph(lowering, steps, lib, rendered, groups, source,
+                     lambda *args: (gm.forward(*args), None), written={in_kernels[b] for b in done})
+    return InputWriting(graph, writes)
+
+
+def _writes_in_kernels(lowering: GraphLowering, steps: Sequence[Step], writes: Sequence[int],
+                       keep: Set[str]) -> Dict[str, str]:
+    """New values (buffer -> input) that their kernel group can copy into the input itself: laid
+    out as the input, made by a kernel after which no extern call runs (so every later reader of
+    the input is in the same group, which copies at its end, and nothing can raise once an input
+    changed), and not otherwise returned."""
+    buffers, specs = lowering.buffers, lowering.outputs[-len(writes):]
+    last_extern = max((i for i, s in enumerate(steps) if isinstance(s, ExternNode)), default=-1)
+    made_at = {b: i for i, s in enumerate(steps) if isinstance(s, Kernel) for b in s.stored}
+    uses = collections.Counter(o.buffer for o in lowering.outputs if o.kind == "buffer")
+    found = {}
+    for pos, spec in zip(writes, specs):
+        x, n = lowering.input_names[pos], spec.buffer
+        bx, bn = buffers[x], buffers.get(n)
+        if (spec.kind == "buffer" and uses[n] == 1 and made_at.get(n, -1) > last_extern
+                and x not in keep and bn is not None and bn.dtype == bx.dtype
+                and bn.size == bx.size == spec.size and bn.stride == bx.stride == spec.stride
+                and not spec.offset and is_dense(bx.size, bx.stride)):
+            found[n] = x
+    return found
 
 
 class InputWriting:
     """A compiled graph that changes inputs in place: its kernels write the new values to buffers
-    of their own, copied into the inputs (one foreach copy) once the whole graph has run, so an
-    error midway leaves the inputs as they were and eager can run the graph again. Its eager
-    fallback changes the inputs itself and returns no new values."""
+    of their own, copied into the inputs at the end of their kernel group (see _writes_in_kernels)
+    or, for the others, with one foreach copy once the whole graph has run; so an error midway
+    leaves the inputs as they were and eager can run the graph again. Its eager fallback changes
+    the inputs itself and returns no new values."""
 
     def __init__(self, graph: CppGraph, writes: Sequence[int]):
         self.graph = graph
         graph.writes_inputs = self.writes = list(writes)
         self.times = graph.times
         run_graph, copy = graph.run, torch._foreach_copy_
-        positions = self.writes
+        # the new values the kernel groups did not copy themselves (the graph returns None for those)
+        rest = [k for k, spec in enumerate(graph.outputs[-len(writes):]) if spec.kind == "buffer"]
+        positions = [self.writes[k] for k in rest]
 
         def run(*args):
             out, new = run_graph(*args)
-            if new is not None:
-                copy([args[i] for i in positions], new)
+            if new is not None and rest:
+                copy([args[i] for i in positions], [new[k] for k in rest])
             return out
         run.compiled = self  # type: ignore[attr-defined]  # keeps the graph (and its profile) alive
         self.run = run

@@ -522,10 +522,13 @@ class KernelGroup:
     args: List[str]  # buffers the wrapper passes, in parameter order (size symbols, nthreads follow)
     stored: List[str]  # the args the group writes: the wrapper allocates them
     local: List[str]
+    # new value -> the input it replaces: computed into memory of the group's own, copied into
+    # the input once all its kernels ran (the input is an arg the group writes)
+    writeback: Dict[str, str] = field(default_factory=dict)
 
 
-def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel],
-                  buffers: Dict[str, Buffer], keep: Set[str]) -> List[KernelGroup]:
+def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+                  keep: Set[str], writeback: Dict[str, str]) -> List[KernelGroup]:
     runs: List[List[Kernel]] = []
     after_kernel = False
     for step in steps:
@@ -550,36 +553,49 @@ def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel],
         local, room = [], _GROUP_LOCAL_BYTES
         for b in sorted(stored):
             nbytes = buffers[b].span_bytes()
-            if readers.get(b, set()) <= {i} and not is_symbolic(nbytes) and nbytes <= room:
+            if readers.get(b, set()) <= {i} and not is_symbolic(nbytes) and nbytes <= room \
+                    and b not in writeback:
                 local.append(b)
                 room -= nbytes
-        args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local))
+        own = {b: writeback[b] for b in sorted(stored & set(writeback)) if readers.get(b, set()) <= {i}}
+        args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local) - set(own)
+                      | set(own.values()))
         groups.append(KernelGroup(f"group{i}", [k.name for k in run], args,
-                                  [b for b in args if b in stored], local))
+                                  [b for b in args if b in stored], local, own))
     return groups
 
 
 def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
                   buffers: Dict[str, Buffer], symbols: Sequence[str]) -> str:
-    params = [f"{'' if b in group.stored else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
+    written = set(group.stored) | set(group.writeback.values())
+    params = [f"{'' if b in written else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
               for b in group.args] + [f"int64_t {s}" for s in symbols] + ["int nthreads"]
     lines = [f'extern "C" void {group.name}({", ".join(params)}) {{']
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
+    for b in group.writeback:
+        ctype, n = CTYPES[buffers[b].dtype], buffers[b].span_bytes() // buffers[b].dtype.itemsize
+        lines.append(f"  std::unique_ptr<{ctype}[]> {b}_own(new {ctype}[{n}]); {ctype}* {b} = {b}_own.get();")
     for name in group.kernels:
         lines.append(f"  {name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])});")
+    for b, x in group.writeback.items():
+        lines.append(f"  std::memcpy({x}, {b}, {buffers[b].span_bytes()});")
     return "\n".join(lines) + "\n}\n"
 
 
 def render_cpp(steps: Sequence[Step], buffers: Dict[str, Buffer], keep: Set[str],
-               symbols: Sequence[str] = ()) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
+               symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None
+               ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the
-    kernels and the groups; every kernel and group takes the size `symbols` as int64 arguments."""
+    kernels and the groups; every kernel and group takes the size `symbols` as int64 arguments.
+    `writeback`: new values (buffers only the kernels read) -> the inputs they are copied into at
+    the end of their group (see KernelGroup)."""
     rendered = [CppRenderer(k, buffers, symbols).render() for k in steps if isinstance(k, Kernel)]
     by_name = {e.name: e for e in rendered}
-    groups = group_kernels(steps, by_name, buffers, keep)
+    groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units
     parts = ["\n".join([by_name[k].source for k in g.kernels] + [_group_source(g, by_name, buffers, symbols)])
              for g in groups]
-    return PRELUDE + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups
+    includes = "\n#include <cstring>\n#include <memory>\n" if any(g.writeback for g in groups) else ""
+    return PRELUDE + includes + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups

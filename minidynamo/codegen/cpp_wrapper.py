@@ -7,7 +7,7 @@ import collections
 import ctypes
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch.utils._pytree import tree_map, tree_unflatten
@@ -141,10 +141,12 @@ class CppGraph(CompiledGraph):
 
     def __init__(self, lowering: GraphLowering, steps: List[Step], lib: Optional[ctypes.CDLL],
                  rendered: Sequence[CppKernel], groups: Sequence[KernelGroup], source: str,
-                 fallback: Callable):
+                 fallback: Callable, written: Set[str] = frozenset()):
         self._lib = lib  # keeps the library loaded as long as this graph lives
         self.groups = list(groups)
         super().__init__(lowering, steps, rendered, source, fallback)
+        # inputs a kernel group writes: one laid out otherwise runs eagerly (a copy would take the write)
+        self.aliased |= set(written)
         self.pycode, self.run = self._generate()
         perf.register(self)
 

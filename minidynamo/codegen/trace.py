@@ -111,8 +111,12 @@ def _take_input_writes(traced: torch.fx.GraphModule, example_inputs: Sequence[to
 
 def _return_input_writes(traced: torch.fx.GraphModule, writes: Dict[int, torch.fx.Node]) -> None:
     output = next(n for n in traced.graph.nodes if n.op == "output")
-    output.args = ((output.args[0], tuple(writes[i] for i in sorted(writes))),)
-    traced.meta["input_writes"] = sorted(writes)
+    # in the order the graph computes them: an update reading another's new value (a parameter's
+    # from its moment estimates) is then laid out after it, in the same loop
+    place = {n: k for k, n in enumerate(traced.graph.nodes)}
+    order = sorted(writes, key=lambda i: place[writes[i]])
+    output.args = ((output.args[0], tuple(writes[i] for i in order)),)
+    traced.meta["input_writes"] = order
     traced.recompile()
 
 
