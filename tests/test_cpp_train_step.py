@@ -48,7 +48,12 @@ def test_optimizer_step_runs_as_cpp_kernels_and_equals_eager(kind, foreach):
         compiled()
     _assert_same(model_c, opt_c, model_e, opt_e)  # the tolerance of tests/test_conformance_optim.py
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
-    assert [g for g in perf._graphs if getattr(g, "writes_inputs", None)], "no compiled graph wrote the parameters"
+    written = [g for g in perf._graphs if getattr(g, "writes_inputs", None)]
+    assert written, "no compiled graph wrote the parameters"
+    # the step's graph is called from a compiled frame, with the frame hook on: its generated call
+    # is library code, never traced itself (it was: a graph break on data_ptr() at the first step)
+    from minidynamo.skip_policy import skip_reason
+    assert all(skip_reason(g.run.__code__, g.run.__globals__) for g in written)
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adamw"])

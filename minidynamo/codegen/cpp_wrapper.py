@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import os
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -21,6 +22,7 @@ from .runtime import CompiledGraph, materialize, relayout, run_eagerly_after, sa
 from .scheduler import Kernel, Step
 from .sizes import any_symbolic, is_symbolic, size_code, tuple_code
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
 _POOL_MIN_BYTES = 16 << 20  # glibc serves smaller blocks from its heap, without fresh page faults
 _MADV_HUGEPAGE = 14
 
@@ -158,7 +160,7 @@ class CppGraph(CompiledGraph):
                         "_nthreads": torch.get_num_threads, "_fix_input": relayout,
                         "_fix_result": _fix_result, "_fallback": self.fallback, "_eager": self.eager,
                         "_unflatten": tree_unflatten, "_spec": self.out_spec,
-                        "_run_eagerly_after": run_eagerly_after, "_now": perf.now, "_Buffer": Buffer})
+                        "_run_eagerly_after": run_eagerly_after, "_Buffer": Buffer})
         inputs = self._input_lines(names)
         if any(isinstance(s, Kernel) for s in self.steps):
             inputs.append("    nt = _nthreads()")
@@ -183,7 +185,7 @@ class CppGraph(CompiledGraph):
 
     def _compile(self, profiled: bool):
         """The call as a function: plain, or reading the clock after each segment (`profiled`)."""
-        lines = ["    _t = _t0 = _now()"] if profiled else []
+        lines = ["    _t = _t0 = _prof.now()"] if profiled else []
         for i, (_, _, body) in enumerate(self._segments):
             lines += body
             if profiled:
@@ -198,7 +200,9 @@ class CppGraph(CompiledGraph):
         src = "\n".join(lines) + "\n"
         if not profiled:
             self._source = src
-        exec(compile(src, f"<minidynamo cpp wrapper {id(self):x}>", "exec"), self._globals)
+        # named inside the package, so the frame hook never tries to trace the call (a graph calling
+        # another, as an optimizer step's does, runs it while the hook is on)
+        exec(compile(src, os.path.join(_HERE, f"<cpp wrapper {id(self):x}>"), "exec"), self._globals)
         return self._globals["run"]
 
     def instrument(self, on: bool) -> None:
