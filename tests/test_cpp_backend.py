@@ -15,11 +15,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import minidynamo
 import minidynamo.config
 from minidynamo.backends import lookup_backend
 from minidynamo.codegen import cpp_build as build
 from minidynamo.codegen.cpp_pipeline import compile_cpp_graph as compile_graph
-from minidynamo.codegen.ir import ExternNode
+from minidynamo.codegen.ir import ExternNode, contiguous_strides as contiguous
 from minidynamo.codegen.scheduler import Kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -522,6 +523,100 @@ def test_large_outputs_reuse_storage_only_when_unreferenced():
     assert_close(kept_view, (x * 2)[1:])
     assert torch.empty(0).set_(kept_storage, 0, (2048, 2048), (2048, 1)).equal(x + 1)
     assert_close(a2, x * 2)
+
+
+def test_transposed_linear_weights_are_prepacked_and_follow_parameter_updates():
+    """An nn.Linear weight's transpose is kept contiguous across calls (BLAS reads (K,N) rows
+    faster), and made again when the parameter changes in place or is replaced."""
+    minidynamo.reset()
+    lin = nn.Linear(16, 12)
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(compile_graph(gm, inputs))
+        return graphs[-1]
+
+    fn = minidynamo.optimize(backend)(lambda x: lin(x).relu())
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        assert_close(fn(x), lin(x).relu())
+        (graph,) = graphs
+        assert "aten.mm" in str([s.fn for s in _externs(graph)]) and "_Transposed" in str(graph.run.__globals__)
+        packed = next(v for v in graph.run.__globals__.values() if type(v).__name__ == "_Transposed")
+        first = packed.packed
+        assert_close(fn(x), lin(x).relu())
+        assert packed.packed is first  # reused while the weight is unchanged
+        lin.weight.mul_(-2)  # in place: the version moves
+        assert_close(fn(x), lin(x).relu())
+        assert packed.packed is not first
+        lin.weight = nn.Parameter(torch.randn(12, 16))  # replaced
+        assert_close(fn(x), lin(x).relu())
+    opt = torch.optim.SGD(lin.parameters(), lr=0.5)
+    lin(x).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        assert_close(fn(x), lin(x).relu())
+    minidynamo.reset()
+
+
+def _conv_results(compiled):
+    return [compiled.buffers[e.names[0]] for e in _externs(compiled)
+            if e.fn is torch.ops.aten.convolution.default]
+
+
+def test_convolutions_run_channels_last_and_outputs_keep_eagers_layout():
+    """oneDNN takes channels-last memory as it is (NCHW it reorders on every call): the
+    convolutions' inputs, weights and results are channels-last, the kernels between them
+    follow, and the graph's outputs still have eager's strides."""
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3)).eval()
+    x = torch.randn(2, 3, 12, 12)
+    with torch.no_grad():
+        c = compile_graph(make_fx(lambda x: (net(x), net[0](x)))(x), [x])
+        got, expected = c(x), (net(x), net[0](x))
+    for g, e in zip(got, expected):
+        assert_close(g, e)
+        assert g.stride() == e.stride()
+    results = _conv_results(c)
+    assert len(results) == 3 and all(b.stride[1] == 1 for b in results)
+
+
+def test_patch_embedding_convolution_then_tokens():
+    """A ViT patch embedding (strided convolution, flatten, transpose, linear) over the
+    channels-last result: the transpose is a free view."""
+    conv, proj = nn.Conv2d(3, 16, 4, stride=4), nn.Linear(16, 8)
+    x = torch.randn(2, 3, 16, 16)
+
+    def f(x):
+        return proj(conv(x).flatten(2).transpose(1, 2))
+
+    with torch.no_grad():
+        c = compile_graph(make_fx(f)(x), [x])
+        assert_close(c(x), f(x))
+    (result,) = _conv_results(c)
+    assert result.stride == (256, 1, 64, 16)
+
+
+def test_convolutions_before_a_global_pooling_stay_nchw():
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+    x = torch.randn(2, 3, 10, 10)
+    with torch.no_grad():
+        c = compile_fn(net, x)
+        assert_close(c(x), net(x))
+    assert all(b.stride == contiguous(b.size) for b in _conv_results(c))
+
+
+def test_output_that_is_a_piece_of_a_split_has_eagers_strides():
+    """A piece of a split lazy value returned (saved for backward, say) is laid out as eager's view
+    into the whole, gaps included: a backward compiled for those strides takes it as is."""
+    x = torch.randn(6, 8)
+
+    def f(x):
+        return (x * 2).split([3, 5], dim=1)[1].t()
+
+    c = compile_fn(f, x)
+    got, expected = c(x), f(x)
+    assert_close(got, expected)
+    assert got.stride() == expected.stride() == (1, 8)
 
 
 def test_extern_with_a_list_argument_is_a_direct_call():

@@ -28,7 +28,7 @@ from .errors import CannotCompile, CannotLower
 from .sizes import SizeVars, any_symbolic, hint, is_symbolic, norm
 from .ir import (
     Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Node, Op, PointwiseNode, ReductionNode,
-    contiguous_strides, inner_var, numel, outer_var,
+    contiguous_strides, inner_var, loads, numel, outer_var,
 )
 
 SUPPORTED_DTYPES = (
@@ -97,6 +97,19 @@ def is_dense(size: Sequence[int], stride: Sequence[int]) -> bool:
     return True
 
 
+def is_non_overlapping(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """No two elements share memory: dense, or with gaps (a view into a larger buffer); with
+    symbolic sizes only dense layouts are known to be."""
+    if any_symbolic(tuple(size) + tuple(stride)):
+        return is_dense(size, stride)
+    reach = 1
+    for st, sz in sorted((st, sz) for sz, st in zip(size, stride) if sz != 1):
+        if st < reach:
+            return False
+        reach = st * sz
+    return True
+
+
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
                  device_type: str = "cpu", size_vars: Optional[SizeVars] = None):
@@ -113,6 +126,8 @@ class GraphLowering:
         self.env: Dict[torch.fx.Node, Any] = {}
         self._cse: Dict[Any, str] = {}
         self._counter = 0
+        self.relaid: set = set()  # buffers laid out otherwise than traced (channels-last convolutions)
+        self.convs_channels_last = device_type == "cpu" and convolutions_channels_last(gm)
 
     # -- buffers and nodes -------------------------------------------------------------------
 
@@ -135,9 +150,13 @@ class GraphLowering:
     def offset_of(self, t: torch.Tensor) -> Any:
         return t.storage_offset() if self.size_vars is None else self.size_vars.expr(t.storage_offset())
 
-    def tensor_value(self, prefix: str, t: torch.Tensor) -> Strided:
-        size, stride = self.sizes_of(t), self.strides_of(t)
+    def tensor_value(self, prefix: str, t: torch.Tensor, stride: Optional[Tuple[int, ...]] = None) -> Strided:
+        """A buffer like `t`, with `t`'s strides unless the lowering chooses others (`stride`)."""
+        size, traced = self.sizes_of(t), self.strides_of(t)
+        stride = traced if stride is None else stride
         name = self.add_buffer(prefix, size, stride, t.dtype)
+        if stride != traced:
+            self.relaid.add(name)
         return Strided(size, t.dtype, name, stride, 0)
 
     def realize(self, v: Value, stride: Optional[Sequence[int]] = None, fresh: bool = False) -> Strided:
@@ -146,7 +165,7 @@ class GraphLowering:
         if isinstance(v, Strided):
             return v
         size = v.size
-        stride = tuple(stride) if stride is not None else contiguous_strides(size)
+        stride = tuple(stride) if stride is not None else self._layout_read(v) or contiguous_strides(size)
         # Iterate in memory order of the store so writes are sequential.
         order = sorted((d for d in range(len(size)) if size[d] != 1), key=lambda d: -hint(stride[d]))
         idx = [Index()] * len(size)
@@ -164,6 +183,18 @@ class GraphLowering:
                 PointwiseNode(name, tuple(size[d] for d in order), body, store, v.dtype))
             self._cse[key] = name
         return Strided(size, v.dtype, name, stride, 0)
+
+    def _layout_read(self, v: Lazy) -> Optional[Tuple[int, ...]]:
+        """The layout of a same-sized relaid buffer `v` reads, so a channels-last convolution's
+        epilogue (bias, batch norm, activation) stores channels-last too; None if there is none."""
+        if not self.relaid:
+            return None
+        probe = v.load(tuple(Index.var(outer_var(k)) for k in range(len(v.size))))
+        for ld in loads(probe):
+            buf = self.buffers[ld.buffer]
+            if ld.buffer in self.relaid and buf.size == tuple(v.size):
+                return buf.stride
+        return None
 
     def reduce(self, v: Value, dims: Sequence[int], kind: str, dtype: torch.dtype,
                keepdim: bool) -> Value:
@@ -227,6 +258,11 @@ class GraphLowering:
             if isinstance(v, Value) and isinstance(meta, torch.Tensor) \
                     and is_dense(v.size, self.strides_of(meta)):
                 layouts[id(v)] = self.strides_of(meta)
+        result_strides = None
+        if self.convs_channels_last and self.size_vars is None and _channels_last_conv(node):
+            for n in node.args[:2]:
+                layouts[id(self.env[n])] = channels_last_strides(self.env[n].size)
+            result_strides = channels_last_strides(tuple(node.meta["val"].shape))
 
         def to_ref(a):
             if isinstance(a, Value):
@@ -245,7 +281,7 @@ class GraphLowering:
         names, results = [], []
         for t in vals:
             if isinstance(t, torch.Tensor):
-                v = self.tensor_value("ext", t)
+                v = self.tensor_value("ext", t, result_strides)
                 names.append(v.buffer)
                 results.append(v)
             elif t is None:
@@ -354,8 +390,10 @@ class GraphLowering:
                     # an expanded view: a dense copy would let a later `.view()` succeed where
                     # eager's raises (fuzz seed 121636)
                     raise CannotCompile(f"output {n.name} is an expanded view (strides {tuple(stride)})")
-                if stride is not None and not is_dense(v.size, stride):
+                if stride is not None and not is_non_overlapping(v.size, stride):
                     stride = None
+                if isinstance(v, Strided) and v.buffer in self.relaid:
+                    v = Lazy(v.size, v.dtype, v.load)  # eager's layout, not the one chosen
                 s = self._claim(self.realize(v, stride), stride, key, owners)
                 spec = OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset)
             spec.fresh = spec.buffer in input_buffers and n.op not in ("placeholder", "get_attr")
@@ -508,3 +546,44 @@ def const(value, dtype: torch.dtype) -> Expr:
     else:
         value = int(value)
     return Const(value, dtype)
+
+
+def channels_last_strides(size: Sequence[int]) -> Tuple[int, ...]:
+    n, c, h, w = size
+    return (h * w * c, 1, w * c, c)
+
+
+def _channels_last_conv(node: torch.fx.Node) -> bool:
+    """A 2-d float convolution: oneDNN runs it on channels-last (NHWC) memory as it is, while
+    NCHW memory it reorders to a blocked layout and back on every call (5x the time for a batch
+    of 3-channel images). So its input, weight and result are laid out channels-last; the
+    kernels around it read and write any layout by index math."""
+    if node.target is not torch.ops.aten.convolution.default or node.args[6]:  # transposed
+        return False
+    x, w = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
+    return all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.dtype == torch.float32 for t in (x, w))
+
+
+def convolutions_channels_last(gm: torch.fx.GraphModule) -> bool:
+    """Whether a graph's convolutions run channels-last: all of them or none, since a change of
+    layout between kernels costs a strided pass; none where one feeds a global pooling."""
+    return not any(_pooled_over_space(n) for n in gm.graph.nodes
+                   if n.target is torch.ops.aten.convolution.default)
+
+
+_SPATIAL_REDUCTIONS = frozenset((torch.ops.aten.sum.dim_IntList, torch.ops.aten.amax.default, torch.ops.aten.amin.default,
+                                 torch.ops.prims.sum.default, torch.ops.prims.amax.default, torch.ops.prims.amin.default))
+
+
+def _pooled_over_space(node: torch.fx.Node, depth: int = 8) -> bool:
+    """Whether a reduction over the spatial dims (global pooling) reads `node` within `depth`
+    steps: its loop would stride through channels-last memory (10x slower than the gain); the
+    reduction reads every channel at each position and goes vector-wide only along space."""
+    frontier = [node]
+    for _ in range(depth):
+        frontier = [u for n in frontier for u in n.users]
+        for u in frontier:
+            if u.target in _SPATIAL_REDUCTIONS and len(u.args) > 1 and isinstance(u.args[1], (list, tuple)) \
+                    and {d % 4 for d in u.args[1]} & {2, 3}:
+                return True
+    return False

@@ -11,7 +11,7 @@ from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import config
 from ..counters import record_fallback
-from .graph_lowering import ExternArg, GraphLowering, OutputSpec, is_dense
+from .graph_lowering import ExternArg, GraphLowering, OutputSpec, is_non_overlapping
 from .ir import Buffer, ExternNode
 from .scheduler import Kernel, Step
 from .sizes import any_symbolic, evaluator, is_symbolic
@@ -59,7 +59,7 @@ def relayout(t: torch.Tensor, buf: Buffer) -> Optional[torch.Tensor]:
     the code assumes overlapping strides (broadcast inputs), which a copy cannot produce."""
     if same_layout(buf.size, t.stride(), buf.stride):
         return t
-    if not is_dense(buf.size, buf.stride):
+    if not is_non_overlapping(buf.size, buf.stride):
         return None
     return torch.empty_strided(buf.size, buf.stride, dtype=buf.dtype, device=t.device).copy_(t)
 
