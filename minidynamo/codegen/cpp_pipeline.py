@@ -30,7 +30,8 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
         with hints_of(lowering.size_vars):
             source, rendered, groups = render_cpp(steps, lowering.buffers, keep, symbols)
         lib = load_library(source) if rendered else None
-        return CppGraph(lowering, steps, lib, rendered, groups, source, gm.forward)
+        parameters = {i for i, t in enumerate(example_inputs) if isinstance(t, torch.nn.Parameter)}
+        return CppGraph(lowering, steps, lib, rendered, groups, source, gm.forward, parameters=parameters)
     specs = lowering.outputs[-len(writes):]
     inputs = set(lowering.input_names) | set(lowering.constants)
     if any(o.kind == "buffer" and o.buffer in inputs for o in specs):
