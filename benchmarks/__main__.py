@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from benchmarks import (bench_compile, bench_ddp, bench_models, bench_overhead, bench_scaling, bench_train,
+from benchmarks import (bench_compile, bench_cppmodels, bench_ddp, bench_models, bench_overhead, bench_scaling, bench_train,
                         bench_zoo, report)
 
 
@@ -34,6 +34,7 @@ SECTIONS: Dict[str, Callable[[bool, int], object]] = {
     "zoo": lambda quick, threads: bench_zoo.run(quick),
     "ddp": lambda quick, threads: bench_ddp.run(quick),
     "train": lambda quick, threads: bench_train.run(quick),
+    "cppmodels": lambda quick, threads: bench_cppmodels.run(quick, threads),
 }
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Dict, List
 
-from benchmarks.report import aim_row, ratio
+from benchmarks.report import model_aims, ratio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEMS = ("minidynamo", "torch")
@@ -70,9 +70,8 @@ def run(quick: bool = False, only: tuple = ()) -> dict:
         row["per_call_vs_eager"] = ratio(row.get("minidynamo_compiled_us"), row.get("minidynamo_eager_us"))
         rows.append(row)
         print(f"[zoo] {json.dumps(row)}", file=sys.stderr, flush=True)
-    aims = [aim_row(f"issue 15: first call, {r['model']}, minidynamo / torch", r["first_call_ratio"], 0.25)
-            for r in rows] + [aim_row(f"issue 15: per call, {r['model']}, compiled / eager", r["per_call_vs_eager"], 1.0)
-                              for r in rows]
+    aims = model_aims(rows, [("issue 15: first call, {model}, minidynamo / torch", "first_call_ratio", 0.25),
+                             ("issue 15: per call, {model}, compiled / eager", "per_call_vs_eager", 1.0)])
     return {"rows": rows, "aims": aims}
 
 

@@ -23,6 +23,11 @@ def aim_row(figure: str, value: Optional[float], limit: float, unit: str = "rati
             "met": None if value is None else value <= limit}
 
 
+def model_aims(rows: List[dict], aims: List[tuple]) -> List[dict]:
+    """aim_row for every (figure with a {model} field, row key, limit) in `aims`, for each row."""
+    return [aim_row(figure.format(model=r["model"]), r.get(key), limit) for figure, key, limit in aims for r in rows]
+
+
 def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
@@ -158,6 +163,24 @@ def _zoo(section: dict) -> List[str]:
                 "torch graphs/breaks", "first call s", "ms per call"], rows)
 
 
+def _cppmodels_cells(r: dict) -> List[str]:
+    if "error" in r:
+        return [r["model"], _error_cell(r)] + [""] * 7
+    return [r["model"], _num(r["eager_ms"], 3), _num(r["cpp_ms"], 3), _num(r["inductor_ms"], 3),
+            _num(r["eager_ms"] / r["cpp_ms"]), _num(r["eager_ms"] / r["inductor_ms"]),
+            _num(r["cpp_vs_inductor"]), _num(r["cpp_first_s"], 3), _num(r["inductor_first_s"], 3)]
+
+
+def _cppmodels(section: dict) -> List[str]:
+    rows = [_cppmodels_cells(r) for r in section["rows"]]
+    threads = section["rows"][0]["threads"] if section["rows"] else "-"
+    return [f"## cpp vs inductor, eval forward ({threads} thread(s); fresh process and cold caches per model; "
+            "`benchmarks/bench_cppmodels.py`)", "",
+            "Median ms per call, eager, cpp and inductor interleaved; first call s with empty kernel caches.", ""] + \
+        _table(["model", "eager ms", "cpp ms", "inductor ms", "cpp vs eager", "inductor vs eager",
+                "cpp / inductor", "cpp first s", "inductor first s"], rows)
+
+
 def _ddp(section: dict) -> List[str]:
     rows = [[r["system"], str(r["parts"] or "-"), str(r["equal"]), _num(r["lead_ms"]), _num(r["step_ms"]),
              _num(r["eager_step_ms"])] for r in section["rows"]]
@@ -177,7 +200,7 @@ def _train(section: dict) -> List[str]:
 
 SECTIONS: Dict[str, Callable[[dict], List[str]]] = {
     "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
-    "zoo": _zoo, "ddp": _ddp, "train": _train}
+    "zoo": _zoo, "ddp": _ddp, "train": _train, "cppmodels": _cppmodels}
 
 
 def markdown(results: dict) -> str:

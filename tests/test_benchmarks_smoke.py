@@ -107,3 +107,14 @@ def test_train_section_checks_against_eager_and_renders_its_rows(monkeypatch):
                                                 "source": "transformers"}))
     assert "| gpt2 | train step | 8.000 | 4.000 (2.00x) | 5.000 (1.60x) | 1.25 | 2.00 | 30.00 |" in text
     assert "error: boom" in text
+
+
+def test_cppmodels_section_renders_its_rows_and_aims():
+    from benchmarks import bench_cppmodels, report
+
+    row = {"model": "gpt2", "threads": 1, "eager_ms": 1.0, "cpp_ms": 0.4, "inductor_ms": 0.5, "cpp_first_s": 0.5,
+           "inductor_first_s": 10.0, "cpp_vs_inductor": 0.8, "first_call_ratio": 0.05}
+    text = "\n".join(report.SECTIONS["cppmodels"]({"rows": [row, {"model": "t5", "threads": 1, "error": "boom"}]}))
+    assert "| gpt2 | 1.000 | 0.400 | 0.500 | 2.50 | 2.00 | 0.80 | 0.500 | 10.000 |" in text
+    assert "| t5 | error: boom |" in text
+    assert set(bench_cppmodels.MODELS) >= {"gpt2", "bert", "cnn", "llama", "t5", "vit", "wav2vec2"}
