@@ -19,6 +19,7 @@ import minidynamo
 import minidynamo.config
 from minidynamo.backends import lookup_backend
 from minidynamo.codegen import cpp_build as build
+from minidynamo.codegen.cpp_gemm import Gemm
 from minidynamo.codegen.cpp_pipeline import compile_cpp_graph as compile_graph
 from minidynamo.codegen.ir import ExternNode, contiguous_strides as contiguous
 from minidynamo.codegen.scheduler import Kernel
@@ -341,15 +342,38 @@ def test_reduction_with_producer_and_consumer_fused():
     assert len(_kernels(c)) == 1
 
 
-def test_matmul_bias_gelu_epilogue_fused_after_extern():
+def test_matmul_bias_gelu_epilogue_runs_in_the_products_call():
+    """The product calls torch's BLAS from the generated code, and its epilogue (bias + GELU, one
+    loop) runs in the same exported function right after it: no torch call, no separate kernel
+    call, and the product's result never leaves that function's stack."""
     f = nn.Sequential(nn.Linear(32, 48), nn.GELU(approximate="tanh"))
     x = torch.randn(20, 32)
     with torch.no_grad():
         c = compile_fn(f, x)
         assert_close(c(x), f(x))
-    assert [e.fn for e in _externs(c)] == [torch.ops.aten.mm.default]
-    (k,) = _kernels(c)
-    assert len(k.stages[0].nodes) == 1  # bias + GELU in one loop over the mm result
+    assert _externs(c) == []
+    gemm, k = c.steps
+    assert isinstance(gemm, Gemm) and isinstance(k, Kernel)
+    assert len(k.stages[0].nodes) == 1  # bias + GELU in one loop over the product
+    (group,) = c.groups
+    assert group.kernels == [gemm.name, k.name] and gemm.out in group.local
+    assert c.pycode.count("_group0(") == 1 and "aten" not in c.pycode
+
+
+@pytest.mark.parametrize("layout", ["plain", "transposed_a", "transposed_b", "offset_views"])
+def test_products_of_any_blas_layout_run_in_the_generated_code(layout):
+    a, b = torch.randn(7, 5), torch.randn(5, 9)
+    ops = {
+        "plain": lambda a, b: (a @ b).relu(),
+        "transposed_a": lambda a, b: a.t().contiguous().t() @ b * 2,
+        "transposed_b": lambda a, b: a @ b.t().contiguous().t() + 1,
+        "offset_views": lambda a, b: torch.bmm(torch.stack([a, a * 2])[:, 1:], torch.stack([b, b])[..., 2:]) - 1,
+    }
+    f = ops[layout]
+    c = compile_fn(f, a, b)
+    assert_close(c(a, b), f(a, b))
+    products = (torch.ops.aten.mm.default, torch.ops.aten.bmm.default)
+    assert not [e for e in _externs(c) if e.fn in products] and any(isinstance(s, Gemm) for s in c.steps)
 
 
 def test_common_subexpressions_and_dead_code():
@@ -541,7 +565,7 @@ def test_transposed_linear_weights_are_prepacked_and_follow_parameter_updates():
     with torch.no_grad():
         assert_close(fn(x), lin(x).relu())
         (graph,) = graphs
-        assert "aten.mm" in str([s.fn for s in _externs(graph)]) and "_Transposed" in str(graph.run.__globals__)
+        assert [s.packed_b for s in graph.steps if isinstance(s, Gemm)] == [True]
         packed = next(v for v in graph.run.__globals__.values() if type(v).__name__ == "_Transposed")
         first = packed.packed
         assert_close(fn(x), lin(x).relu())

@@ -9,11 +9,12 @@ Which loops run in parallel, spill, stream or prefetch is decided in cpp_tuning.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 
 from .cpp_build import UNIT_BREAK
+from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
 from .cpp_prelude import PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
@@ -519,25 +520,27 @@ class KernelGroup:
 
     name: str
     kernels: List[str]
-    args: List[str]  # buffers the wrapper passes, in parameter order (size symbols, nthreads follow)
+    args: List[str]  # buffers the wrapper passes, in parameter order (scratch, size symbols, nthreads follow)
     stored: List[str]  # the args the group writes: the wrapper allocates them
     local: List[str]
     # new value -> the input it replaces: computed into memory of the group's own, copied into
     # the input once all its kernels ran (the input is an arg the group writes)
     writeback: Dict[str, str] = field(default_factory=dict)
+    scratch: Dict[str, int] = field(default_factory=dict)  # intermediate -> byte offset in the scratch
+    scratch_bytes: int = 0  # one block the wrapper allocates per call, shared by liveness
 
 
-def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+def group_kernels(steps: Sequence[Union[Step, Gemm]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
                   keep: Set[str], writeback: Dict[str, str]) -> List[KernelGroup]:
     runs: List[List[Kernel]] = []
     after_kernel = False
     for step in steps:
-        if isinstance(step, Kernel):
+        if isinstance(step, (Kernel, Gemm)):
             if after_kernel:
                 runs[-1].append(step)
             else:
                 runs.append([step])
-        after_kernel = isinstance(step, Kernel)
+        after_kernel = isinstance(step, (Kernel, Gemm))
     readers: Dict[str, Set[int]] = {b: {-1} for b in keep}  # -1: an extern call or the caller
     for step in steps:
         if isinstance(step, ExternNode):
@@ -550,26 +553,55 @@ def group_kernels(steps: Sequence[Step], rendered: Dict[str, CppKernel], buffers
     groups = []
     for i, run in enumerate(runs):
         stored = set().union(*(k.stored for k in run))
+        inside = [b for b in sorted(stored)  # read only by this group, with a size known now
+                  if readers.get(b, set()) <= {i} and not is_symbolic(buffers[b].span_bytes())]
         local, room = [], _GROUP_LOCAL_BYTES
-        for b in sorted(stored):
+        for b in inside:
             nbytes = buffers[b].span_bytes()
-            if readers.get(b, set()) <= {i} and not is_symbolic(nbytes) and nbytes <= room \
-                    and b not in writeback:
+            if nbytes <= room and b not in writeback:
                 local.append(b)
                 room -= nbytes
         own = {b: writeback[b] for b in sorted(stored & set(writeback)) if readers.get(b, set()) <= {i}}
-        args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local) - set(own)
+        scratch, scratch_bytes = _plan_scratch(
+            run, [b for b in inside if b not in local and b not in writeback], rendered, buffers)
+        args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local) - set(own) - set(scratch)
                       | set(own.values()))
         groups.append(KernelGroup(f"group{i}", [k.name for k in run], args,
-                                  [b for b in args if b in stored], local, own))
+                                  [b for b in args if b in stored], local, own, scratch, scratch_bytes))
     return groups
+
+
+def _plan_scratch(run: Sequence, names: List[str], rendered: Dict[str, CppKernel],
+                  buffers: Dict[str, Buffer]) -> Tuple[Dict[str, int], int]:
+    """Byte offsets in one scratch block for intermediates of a group too large for its stack:
+    two share memory when no kernel of the group needs both (live from the first kernel naming
+    one to the last), so the wrapper makes one allocation per call instead of one per buffer."""
+    uses: Dict[str, List[int]] = {b: [] for b in names}
+    for j, k in enumerate(run):
+        for b in rendered[k.name].args:
+            if b in uses:
+                uses[b].append(j)
+    placed: List[Tuple[int, int, int, int]] = []  # (start, end, first kernel, last kernel)
+    offsets: Dict[str, int] = {}
+    for b in sorted(names, key=lambda b: -buffers[b].span_bytes()):
+        first, last = min(uses[b]), max(uses[b])
+        size = -(-buffers[b].span_bytes() // 64) * 64
+        at = 0
+        for start, end, lo, hi in sorted(p for p in placed if not (p[3] < first or last < p[2])):
+            if at + size <= start:
+                break
+            at = max(at, end)
+        placed.append((at, at + size, first, last))
+        offsets[b] = at
+    return offsets, max((p[1] for p in placed), default=0)
 
 
 def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
                   buffers: Dict[str, Buffer], symbols: Sequence[str]) -> str:
     written = set(group.stored) | set(group.writeback.values())
     params = [f"{'' if b in written else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
-              for b in group.args] + [f"int64_t {s}" for s in symbols] + ["int nthreads"]
+              for b in group.args] + (["char* md_scratch"] if group.scratch else []) + [
+        f"int64_t {s}" for s in symbols] + ["int nthreads"]
     lines = [f'extern "C" void {group.name}({", ".join(params)}) {{']
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
@@ -577,6 +609,8 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     for b in group.writeback:
         ctype, n = CTYPES[buffers[b].dtype], buffers[b].span_bytes() // buffers[b].dtype.itemsize
         lines.append(f"  std::unique_ptr<{ctype}[]> {b}_own(new {ctype}[{n}]); {ctype}* {b} = {b}_own.get();")
+    for b, offset in group.scratch.items():
+        lines.append(f"  {CTYPES[buffers[b].dtype]}* {b} = ({CTYPES[buffers[b].dtype]}*)(md_scratch + {offset});")
     for name in group.kernels:
         lines.append(f"  {name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])});")
     for b, x in group.writeback.items():
@@ -584,18 +618,22 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     return "\n".join(lines) + "\n}\n"
 
 
-def render_cpp(steps: Sequence[Step], buffers: Dict[str, Buffer], keep: Set[str],
+def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], keep: Set[str],
                symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None
                ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the
     kernels and the groups; every kernel and group takes the size `symbols` as int64 arguments.
     `writeback`: new values (buffers only the kernels read) -> the inputs they are copied into at
     the end of their group (see KernelGroup)."""
-    rendered = [CppRenderer(k, buffers, symbols).render() for k in steps if isinstance(k, Kernel)]
+    rendered = [CppRenderer(k, buffers, symbols).render() if isinstance(k, Kernel)
+                else CppKernel(k.name, *render_gemm(k, buffers)) for k in steps if isinstance(k, (Kernel, Gemm))]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units
     parts = ["\n".join([by_name[k].source for k in g.kernels] + [_group_source(g, by_name, buffers, symbols)])
              for g in groups]
     includes = "\n#include <cstring>\n#include <memory>\n" if any(g.writeback for g in groups) else ""
-    return PRELUDE + includes + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups
+    head = PRELUDE + includes
+    if any(isinstance(k, Gemm) for k in steps):  # BLAS pointers declared in every unit, defined in one
+        head, parts = head + blas_declarations(), parts + [blas_definitions()]
+    return head + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups

@@ -15,6 +15,7 @@ import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import perf
+from .cpp_gemm import Gemm, prepackable
 from .cpp_render import CppKernel, KernelGroup
 from .errors import CannotCompile
 from .graph_lowering import ExternArg, GraphLowering
@@ -166,15 +167,14 @@ class CppGraph(CompiledGraph):
 
     def __init__(self, lowering: GraphLowering, steps: List[Step], lib: Optional[ctypes.CDLL],
                  rendered: Sequence[CppKernel], groups: Sequence[KernelGroup], source: str,
-                 fallback: Callable, written: Set[str] = frozenset(), parameters: Set[int] = frozenset()):
+                 fallback: Callable, written: Set[str] = frozenset(), parameters: Set[str] = frozenset()):
         self._lib = lib  # keeps the library loaded as long as this graph lives
         self.groups = list(groups)
         super().__init__(lowering, steps, rendered, source, fallback)
         # inputs a kernel group writes: one laid out otherwise runs eagerly (a copy would take the write)
         self.aliased |= set(written)
-        # buffers holding parameters (inputs or module constants): their layout may be prepacked
-        self.parameters = {self.inputs[i].name for i in parameters} | {
-            n for n, t in self.constants.items() if isinstance(t, torch.nn.Parameter)}
+        self.parameters = parameters  # buffers holding parameters: their layout may be prepacked
+        self.packed = {s.b.buffer for s in steps if isinstance(s, Gemm) and s.packed_b}
         self.pycode, self.run = self._generate()
         perf.register(self)
 
@@ -188,12 +188,12 @@ class CppGraph(CompiledGraph):
                         "_unflatten": tree_unflatten, "_spec": self.out_spec,
                         "_run_eagerly_after": run_eagerly_after, "_Buffer": Buffer})
         inputs = self._input_lines(names)
-        if any(isinstance(s, Kernel) for s in self.steps):
+        if any(isinstance(s, (Kernel, Gemm)) for s in self.steps):
             inputs.append("    nt = _nthreads()")
         segments = [("wrapper", "inputs", inputs)]
         group_of = {k: grp for grp in self.groups for k in grp.kernels}
         for step in self.steps:
-            if not isinstance(step, Kernel):
+            if not isinstance(step, (Kernel, Gemm)):
                 segments.append(("extern", _op_name(step.fn), self._extern_lines(step, names)))
             elif step.name == group_of[step.name].kernels[0]:
                 group = group_of[step.name]
@@ -241,10 +241,13 @@ class CppGraph(CompiledGraph):
 
     def _describe(self, group: KernelGroup) -> str:
         """A kernel group as its kernels' iteration spaces and what each computes."""
-        by_name = {s.name: s for s in self.steps if isinstance(s, Kernel)}
+        by_name = {s.name: s for s in self.steps if isinstance(s, (Kernel, Gemm))}
         parts = []
         for name in group.kernels:
             k = by_name[name]
+            if isinstance(k, Gemm):
+                parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: gemm k={k.a.size[-1]}]")
+                continue
             kinds = collections.Counter(kn.node.kind if kn.is_reduction else "pw" for kn in k.knodes())
             inner = {tuple(st.inner) for st in k.stages if st.inner}
             shape = "x".join(map(str, k.outer)) or "1"
@@ -283,10 +286,13 @@ class CppGraph(CompiledGraph):
         """Allocating what the kernel group writes, and calling it."""
         fn = getattr(self._lib, group.name)
         symbols = self.size_vars.symbols if self.size_vars is not None else []
-        fn.argtypes = [ctypes.c_void_p] * len(group.args) + [ctypes.c_int64] * len(symbols) + [ctypes.c_int]
+        fn.argtypes = ([ctypes.c_void_p] * (len(group.args) + bool(group.scratch)) + [ctypes.c_int64] * len(symbols)
+                       + [ctypes.c_int])
         fn.restype = None
         names.globals[f"_{group.name}"] = fn
         lines: List[str] = []
+        if group.scratch:
+            lines.append(f"    scratch = _empty(({group.scratch_bytes},), (1,), dtype={names.const(torch.uint8)})")
         for bname in group.stored:
             buf, v = self.buffers[bname], names.v(bname)
             if not any_symbolic(buf.size) and buf.dtype.itemsize * max(1, numel(buf.size)) >= _POOL_MIN_BYTES:
@@ -296,7 +302,9 @@ class CppGraph(CompiledGraph):
                 lines.append(f"    {v} = _empty({tuple_code(buf.size)}, "
                              f"{tuple_code(buf.stride)}, dtype={names.const(buf.dtype)})")
             names.exact[bname] = True
-        ptrs = "".join(f"{names.v(a)}.data_ptr(), " for a in group.args)
+        ptrs = "".join(f"{names.const(_Transposed())}({names.v(a)}).data_ptr(), " if a in self.packed
+                       else f"{names.v(a)}.data_ptr(), " for a in group.args)
+        ptrs += "scratch.data_ptr(), " if group.scratch else ""
         sizes = "".join(f"{s}, " for s in symbols)
         return lines, [f"    _{group.name}({ptrs}{sizes}nt)"]
 
@@ -352,7 +360,7 @@ class CppGraph(CompiledGraph):
         fn = const(node.fn)
         pos = [arg(a) for a in node.args]
         packed = _PACKED_OPERAND.get(node.fn)
-        if packed is not None and self._prepackable(node.args[packed]):
+        if packed is not None and prepackable(node.args[packed], self.buffers, self.parameters):
             pos[packed] = f"{const(_Transposed())}({v(node.args[packed].buffer)})"
         kw = {k: arg(x) for k, x in node.kwargs.items()}
         if any(p is None for p in pos) or any(p is None for p in kw.values()) \
@@ -380,14 +388,6 @@ class CppGraph(CompiledGraph):
                          f"{v(n)} = _fix_result({v(n)}, {names.buffer(buf)}, {fn})")
             names.exact[n] = False
         return lines
-
-    def _prepackable(self, a: Any) -> bool:
-        """`a` is the whole transpose of a contiguous 2-d parameter (an nn.Linear weight's .t())."""
-        if not isinstance(a, ExternArg) or a.buffer not in self.parameters or len(a.size) != 2:
-            return False
-        buf = self.buffers[a.buffer]
-        return (tuple(buf.size) == a.size[::-1] and tuple(buf.stride) == (a.size[0], 1)
-                and a.stride == (1, a.size[0]) and a.offset == 0)
 
     def _generic_extern(self, node: ExternNode):
         def call(env):
