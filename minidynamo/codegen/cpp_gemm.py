@@ -18,7 +18,12 @@ from .ir import Buffer, ExternNode, contiguous_strides, loads
 from .scheduler import Step
 
 _ROUTINES = {torch.float32: ("sgemm_", "float"), torch.float64: ("dgemm_", "double")}
+_THREADS = "MKL_Set_Num_Threads_Local"  # the calling thread's MKL thread count; returns the previous
 _INT_MAX = (1 << 31) - 1  # LP64 BLAS: int dimensions
+# Products with fewer multiply-adds run on the calling thread: splitting them gains a few
+# microseconds at best, and on a shared machine a helper thread whose vCPU is descheduled stalls
+# the product until it runs again (milliseconds).
+GEMM_PARALLEL_MIN_MACS = 1 << 22
 
 
 @dataclass
@@ -35,13 +40,14 @@ class Gemm:
 
 
 @functools.lru_cache(maxsize=None)
-def blas_routines() -> Optional[Tuple[int, int]]:
-    """Addresses of torch's sgemm_ and dgemm_, or None where libtorch_cpu exports no BLAS."""
+def blas_routines() -> Optional[Tuple[int, ...]]:
+    """Addresses of torch's sgemm_, dgemm_ and MKL's thread-local thread count, or None where
+    libtorch_cpu exports no MKL."""
     path = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     try:
         lib = ctypes.CDLL(path)
         return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-                     for name, _ in _ROUTINES.values())  # type: ignore[return-value]
+                     for name in [name for name, _ in _ROUTINES.values()] + [_THREADS])
     except (OSError, AttributeError):
         return None
 
@@ -157,9 +163,10 @@ def render_gemm(g: Gemm, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
     lines = [f"static void {g.name}({', '.join(params)}, int nthreads) {{",
              f"  const int m = {cols}, n = {rows}, k = {inner}, lda = {ldb}, ldb = {lda}, ldc = {cols};",
              f"  const {ctype} one = 1, zero = 0;",
+             f"  const int before = md_threads({1 if batches * rows * cols * inner < GEMM_PARALLEL_MIN_MACS else 'nthreads'});",
              f"  for (int64_t i = 0; i < {batches}; i++) {{",
              f'    md_{name}("{"T" if tb else "N"}", "{"T" if ta else "N"}", &m, &n, &k, &one, '
              f"{g.b.buffer} + {g.b.offset} + i * {b_batch}, &lda, {g.a.buffer} + {g.a.offset} + i * {a_batch}, "
              f"&ldb, &zero, {g.out} + i * {rows * cols}, &ldc);",
-             "  }", "}"]
+             "  }", "  md_threads(before);", "}"]
     return "\n".join(lines) + "\n", args

@@ -16,7 +16,7 @@ import torch
 from .cpp_build import UNIT_BREAK
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
 from .cpp_prelude import PRELUDE
-from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
+from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PARALLEL_FOR, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
 from .render import KernelRenderer, Scope, flat_inner, index_code, is_inner_var
 from .scheduler import Kernel, KNode, Stage, Step
@@ -184,8 +184,7 @@ class CppRenderer(KernelRenderer):
                 # per-lane arrays in memory (10x slower); plain loops auto-vectorise.
                 if d == 0 and parallel and par_dims:
                     collapse = f" collapse({par_dims})" if par_dims > 1 else ""
-                    pragma = (f"#pragma omp parallel for{collapse} num_threads(nthreads) "
-                              f"if({parallel_if(k)}) schedule(static)")
+                    pragma = PARALLEL_FOR.format(collapse, parallel_if(k))
                 if d == n - 1 and pure and not pragma:
                     pragma = "#pragma omp simd"
                 loops.append((pragma, f"for (int64_t p{d} = 0; p{d} < {size_code(size)}; p{d}++) {{"))
@@ -216,8 +215,7 @@ class CppRenderer(KernelRenderer):
         starts = self.tuning.prefetched_inputs()
         if not starts:
             return None
-        lines = ["#pragma omp parallel for num_threads(nthreads) if(nthreads > 1) schedule(static)"
-                 ] if parallel else []
+        lines = [PARALLEL_FOR.format("", "nthreads > 1")] if parallel else []
         lines.append(f"for (int64_t pb = 0; pb < {size}; pb += 16) {{")
         for name, const, itemsize in starts:
             ahead = PREFETCH_AHEAD_BYTES // itemsize
@@ -368,8 +366,7 @@ class CppRenderer(KernelRenderer):
             # Large full reductions were split into row reductions by the lowering, so only
             # pointwise stages of scalar-outer kernels run their inner loop in parallel.
             if d == 0 and self.parallel_rows and not reduces:
-                pragma = (f"#pragma omp parallel for num_threads(nthreads) if({parallel_if(self.k)}) "
-                          "schedule(static)")
+                pragma = PARALLEL_FOR.format("", parallel_if(self.k))
             elif d == len(stage.inner) - 1 and not serial:
                 pragma = f"#pragma omp simd{clause}"
             loops.append((pragma, f"for (int64_t r{d} = 0; r{d} < {size_code(size)}; r{d}++) {{"))

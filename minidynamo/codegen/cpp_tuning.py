@@ -4,16 +4,22 @@ output row), which outputs are written with streaming stores, what is prefetched
 loops, and how many independent accumulators a reduction keeps."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .ir import Buffer, Expr, Index, Load, Op, UNARY_MATH, numel
+from .graph_lowering import ExternArg
+from .ir import Buffer, Expr, ExternNode, Index, Load, Op, UNARY_MATH, numel
 from .render import flat_inner, index_code, is_inner_var, varies_inner
 from .scheduler import Kernel, KNode, Stage
 from .sizes import SizeExpr, any_symbolic, hint, is_symbolic, size_code
 
 PARALLEL_MIN_WORK = 32768
+# Parallel loops hand out shrinking chunks (guided), not one fixed half per thread (static): on a
+# shared machine a thread whose vCPU is descheduled then leaves its work to the running one
+# instead of stalling the loop until it is back. Every element (or row) is still computed by one
+# thread, so results do not depend on the split. Fields: a collapse clause, the if condition.
+PARALLEL_FOR = "#pragma omp parallel for{} num_threads(nthreads) if({}) schedule(guided)"
 EXPENSIVE = frozenset(UNARY_MATH) - {"floor", "ceil", "trunc", "round", "frac", "reciprocal"} | {"pow", "atan2"}
 FLOAT_SUM_MAX = 4096
 SPILL_MAX = 16384  # elements of a row array (64 KiB of float32), kept on the thread's stack
@@ -41,6 +47,30 @@ def parallel_if(kernel: Kernel) -> str:
     if is_symbolic(work):
         return f"nthreads > 1 && {size_code(work)} >= {PARALLEL_MIN_WORK}"
     return "nthreads > 1"
+
+
+# A whole graph with less work than this (multiply-adds of products and convolutions, elements of
+# everything else) runs on the calling thread, torch's extern calls included: a second thread
+# gains a few microseconds at best, and on a shared machine one whose vCPU is descheduled stalls
+# each parallel step until it runs again (milliseconds: 2 threads ran tiny models 10-50x slower).
+SERIAL_GRAPH_MAX_WORK = 1 << 24
+
+
+def runs_serially(steps: Sequence, buffers: Dict[str, Buffer]) -> bool:
+    """Whether the graph's steps (static sizes) together are too little work for more than one thread."""
+    work = 0
+    for step in steps:
+        if isinstance(step, Kernel):
+            work += _work(step)
+        elif isinstance(step, ExternNode):
+            out = buffers[step.names[0]] if step.names and step.names[0] else None
+            per_element = 1
+            if step.fn is torch.ops.aten.convolution.default and isinstance(step.args[1], ExternArg):
+                per_element = numel(step.args[1].size[1:])  # in-channels (per group) x window
+            work += (numel(out.size) if out is not None else 0) * per_element
+        else:  # a product in the generated code
+            work += numel(buffers[step.out].size) * step.a.size[-1]
+    return work < SERIAL_GRAPH_MAX_WORK
 
 
 def double_accumulator(dtype: torch.dtype, length: int) -> bool:

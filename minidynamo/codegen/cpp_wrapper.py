@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_map, tree_unflatten
 from .. import perf
 from .cpp_gemm import Gemm, prepackable
 from .cpp_render import CppKernel, KernelGroup
+from .cpp_tuning import runs_serially
 from .errors import CannotCompile
 from .graph_lowering import ExternArg, GraphLowering
 from .ir import Buffer, ExternNode, numel
@@ -74,6 +75,18 @@ def _huge_storage(nbytes: int) -> torch.UntypedStorage:
         return torch.frombuffer(m, dtype=torch.uint8).untyped_storage()
     except (OSError, ValueError, TypeError):
         return torch.UntypedStorage(nbytes)
+
+
+_OMP = ctypes.CDLL("libgomp.so.1")  # torch's OpenMP runtime, already loaded (the kernels' too)
+
+
+def _enter_serial() -> int:
+    """Run this thread's parallel regions (ours, oneDNN's, torch's) on it alone, until _restore:
+    OpenMP's thread count is a per-thread setting. Returns the count to restore."""
+    before = _OMP.omp_get_max_threads()
+    if before != 1:
+        _OMP.omp_set_num_threads(1)
+    return before
 
 
 class _Transposed:
@@ -188,7 +201,11 @@ class CppGraph(CompiledGraph):
                         "_unflatten": tree_unflatten, "_spec": self.out_spec,
                         "_run_eagerly_after": run_eagerly_after, "_Buffer": Buffer})
         inputs = self._input_lines(names)
-        if any(isinstance(s, (Kernel, Gemm)) for s in self.steps):
+        self.serial = self.size_vars is None and runs_serially(self.steps, self.buffers)
+        if self.serial:
+            names.globals.update(_serial=_enter_serial, _restore=_OMP.omp_set_num_threads)
+            inputs += ["    _prev = _serial()", "    nt = 1"]
+        elif any(isinstance(s, (Kernel, Gemm)) for s in self.steps):
             inputs.append("    nt = _nthreads()")
         segments = [("wrapper", "inputs", inputs)]
         group_of = {k: grp for grp in self.groups for k in grp.kernels}
@@ -216,13 +233,15 @@ class CppGraph(CompiledGraph):
             lines += body
             if profiled:
                 lines.append(f"    _t = _prof.tick({i}, _t)")
+        restore = ["    _restore(_prev)"] if self.serial else []
         if profiled:
-            lines += [f"    _r = {self._result}", "    _prof.call(_t0)", "    return _r"]
+            lines += restore + [f"    _r = {self._result}", "    _prof.call(_t0)", "    return _r"]
         else:
-            lines.append(f"    return {self._result}")
+            lines += restore + [f"    return {self._result}"]
         # The body in a try block (free in CPython 3.11 until something raises).
         lines = ["def run(*args):", "  try:"] + ["  " + line for line in lines] + [
-            "  except Exception as e:", "    return _run_eagerly_after(e, _eager, args, 'cpp')"]
+            "  except Exception as e:"] + (["    if '_prev' in locals(): _restore(_prev)"] if self.serial else []) + [
+            "    return _run_eagerly_after(e, _eager, args, 'cpp')"]
         src = "\n".join(lines) + "\n"
         if not profiled:
             self._source = src
