@@ -1,6 +1,7 @@
 """The frame callback: translate a frame the skip policy lets through, and build its cache entry."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import sys
@@ -9,7 +10,7 @@ import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
@@ -101,6 +102,23 @@ def _release_frames(error: BaseException) -> None:
     gc.collect()  # frames in cycles (interrupted context-manager generators) too
 
 
+@contextlib.contextmanager
+def old_objects_frozen() -> Iterator[None]:
+    """Keep the objects that exist now out of the collector's reach while compiling (gc.freeze):
+    a full collection over the whole heap (torch and a model library make it hundreds of thousands
+    of objects) costs a tenth of a second or more, and a compile allocates enough to trigger one. Collections
+    still free what the compile itself makes; the frozen objects are collected again after. Nothing
+    is done where the program froze objects itself or turned the collector off."""
+    freeze = gc.isenabled() and gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.unfreeze()
+
+
 def format_unsupported(error: Unsupported) -> str:
     lines = [error.msg]
     lines.extend(str(frame) for frame in error.user_stack)
@@ -133,7 +151,8 @@ class ConvertFrame:
         state = GlobalState.capture()
         hooks = suspend_saved_tensors_hooks()
         try:
-            return self.convert_or_fall_back(frame, record)
+            with old_objects_frozen():
+                return self.convert_or_fall_back(frame, record)
         except BaseException as e:
             if not isinstance(e, Exception):  # KeyboardInterrupt, SystemExit: the user's, once we are clean
                 _release_frames(e)
