@@ -108,6 +108,9 @@ class OutputGraph:
         self.substitutions: Dict[int, TensorVariable] = {}
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
+        # values wrapped into trackers that hold no state of their own (see VariableBuilder.__call__):
+        # (source name, id, builder options) -> (the value, its tracker)
+        self.wrapped: Dict[Tuple[Any, ...], Tuple[Any, VariableTracker]] = {}
         # id() of values with no real object: tracker identity -> (tracker, the id given)
         self.fake_ids: Dict[int, Tuple[VariableTracker, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()

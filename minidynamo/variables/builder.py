@@ -48,6 +48,10 @@ _TRACED_TORCH_CLASSES = ("torch.distributions.", "torch.utils._pytree")
 # torch modules whose Python functions are traced into like the user's own (they call torch's ops).
 _TRACED_TORCH_FUNCTIONS = ("torch.optim.", "torch.utils._pytree", "torch.utils._foreach_utils", "torch.nn.utils.clip_grad")
 
+# Trackers that keep no state of their own (what changes on their objects is in the side effects).
+_STATELESS_TRACKERS = frozenset((ConstantVariable, UserDefinedClassVariable, UserDefinedObjectVariable,
+                                 UserFunctionVariable, PythonModuleVariable, BuiltinVariable, TorchVariable))
+
 _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
 # torch's context-manager objects (inference_mode(), ...) are values, not functions to put in a graph.
@@ -75,7 +79,21 @@ class VariableBuilder:
             variable = self.wrap(value)
             self.tx.output.tracked_containers[id(value)] = (value, variable)
             return variable
-        return self.wrap(value)
+        return self._wrap_once(value)
+
+    def _wrap_once(self, value: Any) -> VariableTracker:
+        """The tracker of `value`, reused when the trace reaches the same object at the same source
+        again and the tracker holds no state: wrapping it again would make an equal tracker and add
+        the same guards, which the entry already has."""
+        key = (self.source.name() if self.source is not None else None, id(value), self.by_structure,
+               self.made_by_frame)
+        known = self.tx.output.wrapped.get(key)
+        if known is not None and known[0] is value:
+            return known[1]
+        tracker = self.wrap(value)
+        if type(tracker) in _STATELESS_TRACKERS:
+            self.tx.output.wrapped[key] = (value, tracker)
+        return tracker
 
     def _module_by_structure(self, value: Any) -> bool:
         return self.by_structure and isinstance(value, torch.nn.Module)
