@@ -3,6 +3,7 @@ and by the guards that repeat its reads from the same dict."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -20,6 +21,23 @@ def class_attribute(cls: type, name: str) -> Any:
         if name in base.__dict__:
             return base.__dict__[name]
     return MISSING
+
+
+def getattr_static(obj: Any, name: str, *default: Any) -> Any:
+    """inspect.getattr_static(obj, name[, default]), without its general walk where `obj` is a class
+    whose metaclass is `type` (most classes): there it is what the first of the class's bases, then
+    `type` and `object`, holds in its __dict__."""
+    if type(obj) is not type:
+        return inspect.getattr_static(obj, name, *default)
+    for base in obj.__mro__ + _TYPE_MRO:
+        if name in base.__dict__:
+            return base.__dict__[name]
+    if default:
+        return default[0]
+    raise AttributeError(name)
+
+
+_TYPE_MRO = type.__mro__
 
 
 def is_data_descriptor(value: Any) -> bool:

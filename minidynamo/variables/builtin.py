@@ -10,12 +10,13 @@ import math
 import operator
 import sys
 import types
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
 from ..exc import AttributeMissing, unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
+from ..module_lookup import getattr_static
 from ..source import AttrSource
 from .base import VariableTracker
 from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none
@@ -263,9 +264,9 @@ class BuiltinVariable(VariableTracker):
             if cls is None:
                 continue
             name, negate = ("__eq__", False) if self.fn is operator.eq else ("__ne__", False)
-            if name == "__ne__" and inspect.getattr_static(cls, "__ne__") is object.__ne__:
+            if name == "__ne__" and getattr_static(cls, "__ne__") is object.__ne__:
                 name, negate = "__eq__", True  # object.__ne__ inverts __eq__
-            if not isinstance(inspect.getattr_static(cls, name), types.FunctionType):
+            if not isinstance(getattr_static(cls, name), types.FunctionType):
                 continue
             result = lookup_class_attribute(tx, first, cls, name, None, implicit=True).call_function(tx, [second], {})
             if result.is_python_constant() and result.as_python_constant() is NotImplemented:
@@ -444,7 +445,7 @@ class BuiltinVariable(VariableTracker):
     def _call_delattr(self, tx, obj: VariableTracker, name: VariableTracker):
         if not isinstance(obj, NewObjectVariable):
             return None
-        delete = inspect.getattr_static(obj.cls, "__delattr__")
+        delete = getattr_static(obj.cls, "__delattr__")
         if isinstance(delete, types.FunctionType):
             method = lookup_class_attribute(tx, obj, obj.cls, "__delattr__", None, implicit=True)
             return method.call_function(tx, [name], {})
@@ -496,7 +497,7 @@ class BuiltinVariable(VariableTracker):
     def _call_format(self, tx, value: VariableTracker, spec: VariableTracker = ConstantVariable("")):
         if value.is_python_constant() or not spec.is_python_constant():
             return None
-        if inspect.getattr_static(value.python_type(), "__format__", None) is object.__format__:
+        if getattr_static(value.python_type(), "__format__", None) is object.__format__:
             return _text_of(tx, value, "__str__") if spec.as_python_constant() == "" else None  # what object's does
         return _text_of(tx, value, "__format__", spec)
 
@@ -514,9 +515,9 @@ def _text_of(tx, obj: VariableTracker, name: str, *args: VariableTracker):
     if obj.is_python_constant() or not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
         return None
     cls = obj.python_type()
-    if name == "__str__" and inspect.getattr_static(cls, "__str__") is object.__str__:
+    if name == "__str__" and getattr_static(cls, "__str__") is object.__str__:
         name = "__repr__"  # object.__str__ calls repr()
-    if not isinstance(inspect.getattr_static(cls, name), types.FunctionType):
+    if not isinstance(getattr_static(cls, name), types.FunctionType):
         return None
     text = lookup_class_attribute(tx, obj, cls, name, None, implicit=True).call_function(tx, list(args), {})
     if not (text.is_python_constant() and isinstance(text.as_python_constant(), str)):
@@ -524,16 +525,18 @@ def _text_of(tx, obj: VariableTracker, name: str, *args: VariableTracker):
     return text
 
 
-@functools.lru_cache(maxsize=None)
-def _signature(handler: Callable) -> inspect.Signature:
-    return inspect.signature(handler)
-
-
 def _binds(handler: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:
     """Whether a handler (a method taking self and tx, or a function taking tx) takes these arguments."""
-    leading = (None, None) if hasattr(handler, "__func__") else (None,)
+    leading = 2 if hasattr(handler, "__func__") else 1
+    return _takes(getattr(handler, "__func__", handler), leading + len(args), tuple(kwargs))
+
+
+@functools.lru_cache(maxsize=None)
+def _takes(function: Callable, n_positional: int, keywords: Tuple[str, ...]) -> bool:
+    """Whether `function` binds this many positional arguments and these keywords: binding looks at
+    nothing else, so the answer is kept."""
     try:
-        _signature(getattr(handler, "__func__", handler)).bind(*leading, *args, **kwargs)
+        inspect.signature(function).bind(*[None] * n_positional, **dict.fromkeys(keywords))
     except TypeError:
         return False
     return True
@@ -601,7 +604,7 @@ def _python_eq(value: VariableTracker, name: str = "__eq__"):
     """The `name` method written in Python of a user object's class, or None."""
     if not isinstance(value, (NewObjectVariable, UserDefinedObjectVariable)):
         return None
-    method = inspect.getattr_static(value.python_type(), name, None)
+    method = getattr_static(value.python_type(), name, None)
     return method if isinstance(method, types.FunctionType) else None
 
 
@@ -692,11 +695,11 @@ def _has_attr_of_traced_value(tx, obj: VariableTracker, name: str) -> bool:
     cls = obj.python_type()
     lookup_owner = next(base for base in cls.__mro__ if "__getattribute__" in vars(base))
     generic = lookup_owner.__module__ in ("builtins", "functools", "collections") and lookup_owner not in _SPECIAL_GETATTRIBUTE
-    if not generic or inspect.getattr_static(cls, "__getattr__", None) is not None:
+    if not generic or getattr_static(cls, "__getattr__", None) is not None:
         unimplemented(f"hasattr on a {cls.__qualname__} object with its own attribute lookup")
     if isinstance(obj, NewObjectVariable) and name in obj.attrs:
         return True
-    static = inspect.getattr_static(cls, name, _MISSING)
+    static = getattr_static(cls, name, _MISSING)
     if static is _MISSING:
         if cls.__dictoffset__ and not _instance_dict_known(obj):
             unimplemented(f"hasattr on a {cls.__qualname__} object whose instance attributes are not tracked")

@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import copyreg
-import inspect
 import itertools
 import types
 from typing import Callable, Dict
 
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
+from ..module_lookup import getattr_static
 from ..source import AttrSource
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -78,10 +78,10 @@ def _object_reduce_ex(tx, obj: VariableTracker, protocol: VariableTracker) -> Va
     if not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable, NamedTupleVariable)) or \
             protocol.as_python_constant() < 2:
         unimplemented(f"object.__reduce_ex__ of {obj.describe()}")
-    if inspect.getattr_static(cls, "__reduce__") is not object.__reduce__:  # object's then calls the class's
+    if getattr_static(cls, "__reduce__") is not object.__reduce__:  # object's then calls the class's
         return obj.call_method(tx, "__reduce__", [], {})
-    new_args = inspect.getattr_static(cls, "__getnewargs__", None)
-    if inspect.getattr_static(cls, "__getnewargs_ex__", None) is not None or issubclass(cls, (list, dict)) or (
+    new_args = getattr_static(cls, "__getnewargs__", None)
+    if getattr_static(cls, "__getnewargs_ex__", None) is not None or issubclass(cls, (list, dict)) or (
             new_args is None and cls.__itemsize__) or not isinstance(new_args, (types.FunctionType, type(None))):
         unimplemented(f"object.__reduce_ex__ of a {cls.__qualname__} (new-arguments or items to reduce)")
     if isinstance(obj, NamedTupleVariable):
@@ -96,7 +96,7 @@ def _object_reduce_ex(tx, obj: VariableTracker, protocol: VariableTracker) -> Va
 def _object_state(tx, obj: VariableTracker, cls: type) -> VariableTracker:
     """What obj.__getstate__() gives: the class's own traced, else object's (the instance dict, or
     None when empty; with a dict of the filled __slots__ beside it)."""
-    if inspect.getattr_static(cls, "__getstate__") is not object.__getstate__:
+    if getattr_static(cls, "__getstate__") is not object.__getstate__:
         return obj.call_method(tx, "__getstate__", [], {})
     state: VariableTracker = ConstantVariable(None)
     if cls.__dictoffset__:

@@ -6,7 +6,6 @@ import collections.abc
 import dataclasses
 import enum
 import functools
-import inspect
 import types
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -15,6 +14,7 @@ from torch.distributions.utils import lazy_property
 from ..exc import AttributeMissing, attribute_missing, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
+from ..module_lookup import getattr_static
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -44,7 +44,7 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     """What `obj.name` gives when `name` is found on the class (methods, properties, descriptors).
     `cls_source` reaches `cls` for guards (by default: the class of `obj_vt`); `implicit`: a lookup
     that skips the instance's __dict__ (special methods, super())."""
-    static = inspect.getattr_static(cls, name)
+    static = getattr_static(cls, name)
     if cls_source is None:
         cls_source = _class_source(obj_vt)
     guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit)
@@ -132,7 +132,7 @@ OBJECT_METHODS = (object.__getattribute__, object.__setattr__, object.__delattr_
 
 
 def has_python_getattribute(cls: type) -> bool:
-    return isinstance(inspect.getattr_static(cls, "__getattribute__"), types.FunctionType)
+    return isinstance(getattr_static(cls, "__getattribute__"), types.FunctionType)
 
 
 def get_attribute(tx, obj: VariableTracker, cls: type, name: str) -> VariableTracker:
@@ -144,7 +144,7 @@ def get_attribute(tx, obj: VariableTracker, cls: type, name: str) -> VariableTra
             return method.call_function(tx, [ConstantVariable(name)], {})
         return obj.generic_getattr(tx, name)
     except AttributeMissing:
-        if not isinstance(inspect.getattr_static(cls, "__getattr__", None), types.FunctionType):
+        if not isinstance(getattr_static(cls, "__getattr__", None), types.FunctionType):
             raise
     fallback = lookup_class_attribute(tx, obj, cls, "__getattr__", None, implicit=True)
     return fallback.call_function(tx, [ConstantVariable(name)], {})
@@ -170,11 +170,11 @@ def mapping_storage(tx, obj: VariableTracker) -> Optional[ConstDictVariable]:
 
 def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]:
     """The items of a user object: through a generator __iter__, or __len__ and __getitem__."""
-    iter_method = inspect.getattr_static(cls, "__iter__", None)
+    iter_method = getattr_static(cls, "__iter__", None)
     storage = mapping_storage(tx, obj)
     if storage is not None and not isinstance(iter_method, types.FunctionType):
         return storage.unpack_var_sequence(tx)
-    if iter_method in (None, collections.abc.Sequence.__iter__) and inspect.getattr_static(cls, "__getitem__", None):
+    if iter_method in (None, collections.abc.Sequence.__iter__) and getattr_static(cls, "__getitem__", None):
         length = obj.call_method(tx, "__len__", [], {}).as_python_constant()
         return [obj.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(length)]
     if isinstance(iter_method, types.FunctionType):
@@ -218,7 +218,7 @@ class UserDefinedClassVariable(VariableTracker):
         return self.cls
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        static = inspect.getattr_static(self.cls, name, None)
+        static = getattr_static(self.cls, name, None)
         if static is object.__setattr__ or static is object.__init__:
             return tx.wrap(static)
         if isinstance(static, (staticmethod, classmethod)):
@@ -298,7 +298,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
             return tx.wrap(getattr(self.obj, name))
         instance_dict = getattr(self.obj, "__dict__", {})
-        static = inspect.getattr_static(cls, name, None)
+        static = getattr_static(cls, name, None)
         is_data_descriptor = static is not None and hasattr(type(static), "__set__")
         if name in instance_dict and not is_data_descriptor:
             return tx.wrap(instance_dict[name], dict_source)
@@ -349,7 +349,7 @@ class UserDefinedObjectVariable(VariableTracker):
         return storage
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
-        call = inspect.getattr_static(type(self.obj), "__call__", None)
+        call = getattr_static(type(self.obj), "__call__", None)
         if isinstance(call, types.FunctionType):
             method = lookup_class_attribute(tx, self, type(self.obj), "__call__", None, implicit=True)
             return method.call_function(tx, args, kwargs)
@@ -361,12 +361,12 @@ def _has_custom_setattr(cls: type) -> bool:
 
 
 def _is_data_descriptor(cls: type, name: str) -> bool:
-    return hasattr(type(inspect.getattr_static(cls, name, None)), "__set__")
+    return hasattr(type(getattr_static(cls, name, None)), "__set__")
 
 
 def _call_python_setattr(tx, obj: VariableTracker, cls: type, name: str, value: VariableTracker) -> bool:
     """`obj.name = value` through the class's own __setattr__ written in Python: traced. Whether it was."""
-    if not isinstance(inspect.getattr_static(cls, "__setattr__"), types.FunctionType):
+    if not isinstance(getattr_static(cls, "__setattr__"), types.FunctionType):
         return False
     setattr_method = lookup_class_attribute(tx, obj, cls, "__setattr__", None, implicit=True)
     setattr_method.call_function(tx, [ConstantVariable(name), value], {})
@@ -395,7 +395,7 @@ class NewObjectVariable(VariableTracker):
         self.instance_dict = ConstDictVariable({})  # what its __dict__ holds
         base = mapping_base(cls)
         self.storage = ConstDictVariable({}, base) if base is not None else None  # a dict subclass's items
-        if self.storage is not None and isinstance(inspect.getattr_static(cls, "__missing__", None), types.FunctionType):
+        if self.storage is not None and isinstance(getattr_static(cls, "__missing__", None), types.FunctionType):
             self.storage.missing = functools.partial(self.call_method, name="__missing__", kwargs={})
 
     @property
@@ -409,7 +409,7 @@ class NewObjectVariable(VariableTracker):
         if type(cls).__call__ is not type.__call__ or cls.__new__ is not (base or object).__new__:
             return ConstructedObjectVariable(cls, args, kwargs)
         obj = NewObjectVariable(cls, cls_source)
-        init = inspect.getattr_static(cls, "__init__")
+        init = getattr_static(cls, "__init__")
         if init is object.__init__:
             if args or kwargs:
                 unimplemented(f"{cls.__qualname__}() takes no arguments")
@@ -437,7 +437,7 @@ class NewObjectVariable(VariableTracker):
 
     def truthy(self, tx) -> bool:
         for name in ("__bool__", "__len__"):
-            if inspect.getattr_static(self.cls, name, None) is not None:
+            if getattr_static(self.cls, name, None) is not None:
                 return self.call_method(tx, name, [], {}).truthy(tx)
         return True
 
@@ -447,7 +447,7 @@ class NewObjectVariable(VariableTracker):
     def generic_getattr(self, tx, name: str) -> VariableTracker:
         """`object.__getattribute__(obj, name)`: data descriptors of the class, the instance dict,
         then the class."""
-        static = inspect.getattr_static(self.cls, name, None)
+        static = getattr_static(self.cls, name, None)
         if name in self.attrs and not (static is not None and hasattr(type(static), "__set__")):
             return self.attrs[name]
         if name == "__class__":
@@ -463,7 +463,7 @@ class NewObjectVariable(VariableTracker):
     def generic_delattr(self, tx, name: str) -> None:
         """`object.__delattr__(obj, name)` on an attribute the instance holds."""
         if name not in self.attrs or _is_data_descriptor(self.cls, name) and not isinstance(
-                inspect.getattr_static(self.cls, name), types.MemberDescriptorType):
+                getattr_static(self.cls, name), types.MemberDescriptorType):
             unimplemented(f"deleting '{name}' of a {self.cls.__qualname__} object that does not hold it")
         del self.attrs[name]
 
@@ -481,7 +481,7 @@ class NewObjectVariable(VariableTracker):
         self.generic_setattr(tx, name, value)
 
     def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
-        is_slot = isinstance(inspect.getattr_static(self.cls, name, None), types.MemberDescriptorType)
+        is_slot = isinstance(getattr_static(self.cls, name, None), types.MemberDescriptorType)
         if not is_slot and _is_data_descriptor(self.cls, name):
             unimplemented(f"assigning {self.cls.__qualname__}.{name}, a data descriptor")
         if not is_slot and not self.cls.__dictoffset__:
