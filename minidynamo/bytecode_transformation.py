@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import types
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import bytecode
@@ -32,7 +32,8 @@ class Instructions:
     handlers: List[Optional[int]]  # index of the exception handler covering each instruction
     positions: List[int]  # index of each instruction in `bytecode`
     names: List[str]  # each instruction's opcode name (the translator's handler), read once here
-
+    # per translator class: its handler function for each instruction (None: no handler), made on first run
+    handler_tables: Dict[type, List[Optional[Callable]]] = field(default_factory=dict)
 
     def jump_target(self, instr: Instr) -> int:
         return self.label_index[id(instr.arg)]

@@ -39,12 +39,10 @@ class Source:
 
     def name(self) -> str:
         """The expression, made once: sources are immutable, and guards and graph inputs ask often."""
-        try:
-            return self._name
-        except AttributeError:
-            text = self.expression()
-            object.__setattr__(self, "_name", text)  # beside the dataclass fields: not compared
-            return text
+        text = self.__dict__.get("_name")
+        if text is None:  # most sources are new: a dict miss, not a raised AttributeError
+            text = self.__dict__["_name"] = self.expression()  # beside the dataclass fields: not compared
+        return text
 
     def expression(self) -> str:
         raise NotImplementedError

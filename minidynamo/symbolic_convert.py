@@ -98,6 +98,9 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     def run(self) -> None:
         instrs, names = self.instructions.instrs, self.instructions.names
+        handlers = self.instructions.handler_tables.get(type(self))
+        if handlers is None:
+            handlers = self.instructions.handler_tables[type(self)] = [getattr(type(self), name, None) for name in names]
         while self.instruction_pointer < len(instrs):
             index = self.instruction_pointer
             if index == self.pending_break and self.break_here(index):
@@ -109,11 +112,11 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             self.steps += 1
             if self.steps > MAX_INSTRUCTIONS:
                 unimplemented("the function runs too many instructions to trace (an unbounded loop?)")
-            handler = getattr(self, names[index], None)
+            handler = handlers[index]
             if handler is None:
                 unimplemented(f"the bytecode instruction {names[index]}")
             try:
-                if handler(inst):
+                if handler(self, inst):
                     return
             except Unsupported as e:
                 if not e.user_stack:
