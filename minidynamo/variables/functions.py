@@ -28,6 +28,7 @@ _EVALUATED_ON_REAL_OBJECTS = {inspect.signature, inspect.isclass, inspect.isfunc
 _MODULE_METHODS_ANSWERED = (torch.nn.Module.__getattr__, torch.nn.Module.__setattr__)
 # Library modules whose functions do I/O or touch process state: called, never inlined.
 _SIDE_EFFECT_MODULES = ("logging", "warnings", "threading", "io", "os", "subprocess", "pdb", "traceback")
+_SIDE_EFFECT_PACKAGES = tuple(m + "." for m in _SIDE_EFFECT_MODULES)
 
 
 def bind_arguments(
@@ -131,7 +132,7 @@ class BaseUserFunctionVariable(VariableTracker):
         if self.get_code().co_flags & CO_ASYNC:
             unimplemented(f"calling coroutine function {self.get_code().co_name}")
         module = self.get_globals().get("__name__", "")
-        if module in _SIDE_EFFECT_MODULES or module.startswith(tuple(m + "." for m in _SIDE_EFFECT_MODULES)):
+        if module in _SIDE_EFFECT_MODULES or module.startswith(_SIDE_EFFECT_PACKAGES):
             unimplemented(f"a call to {module}.{self.get_code().co_name} (output and global state stay in Python)")
         return tx.inline_user_function(self, args, kwargs)
 
