@@ -80,7 +80,7 @@ class Guard:
 
     def sort_key(self) -> Tuple[int, str, str]:
         depth = self.source.depth() if self.source is not None else -1
-        return (depth, self.name, self.kind.value)
+        return (depth, self.name, self.kind._value_)  # `.value` is a descriptor call, read per guard
 
     def __str__(self) -> str:
         return f"{self.name or '<global state>'}: {self.kind.value}  ({'; '.join(self.code_list)})"
@@ -163,6 +163,8 @@ def detach_value(guard: Guard) -> Guard:
     """The guard as stored with an entry: no strong references to tensors, identified objects or
     types, so that they can die (and their entry with them), and no live mutable containers."""
     value = guard.kind.rule.detach(guard.value)
+    if value is guard.value:  # nothing to let go of: the guard itself serves
+        return guard
     return Guard(guard.source, guard.kind, value, guard.dynamic_dims, guard.rendered)
 
 

@@ -35,12 +35,12 @@ def literal(value: Any) -> str:
 
 
 class Source:
-    _name: str  # name(), once made
+    _name: Optional[str] = None  # name(), once made (not a dataclass field: this class is not one)
 
     def name(self) -> str:
         """The expression, made once: sources are immutable, and guards and graph inputs ask often."""
-        text = self.__dict__.get("_name")
-        if text is None:  # most sources are new: a dict miss, not a raised AttributeError
+        text = self._name
+        if text is None:
             text = self.__dict__["_name"] = self.expression()  # beside the dataclass fields: not compared
         return text
 
