@@ -25,19 +25,30 @@ def class_attribute(cls: type, name: str) -> Any:
 
 def getattr_static(obj: Any, name: str, *default: Any) -> Any:
     """inspect.getattr_static(obj, name[, default]), without its general walk where `obj` is a class
-    whose metaclass is `type` (most classes): there it is what the first of the class's bases, then
-    `type` and `object`, holds in its __dict__."""
-    if type(obj) is not type:
+    whose metaclasses are plain (no metaclass in its chain but `type` defines `__dict__`; most
+    classes): there it is what the first of the class's bases, then of its metaclass's, holds in its
+    __dict__."""
+    meta = type(obj)
+    if not (meta is type or _plain_metaclass(meta)):
         return inspect.getattr_static(obj, name, *default)
-    for base in obj.__mro__ + _TYPE_MRO:
-        if name in base.__dict__:
-            return base.__dict__[name]
+    for base in _static_mro(obj) + _static_mro(meta):
+        namespace = _static_dict(base)
+        if name in namespace:
+            return namespace[name]
     if default:
         return default[0]
     raise AttributeError(name)
 
 
-_TYPE_MRO = type.__mro__
+_static_mro = type.__dict__["__mro__"].__get__
+_static_dict = type.__dict__["__dict__"].__get__
+
+
+def _plain_metaclass(meta: type) -> bool:
+    """A metaclass (the bases' metaclasses are among its own bases) that leaves class dicts as
+    they are: inspect reads every base's __dict__ then."""
+    return issubclass(meta, type) and all(
+        type(m) is type and (m is type or "__dict__" not in _static_dict(m)) for m in _static_mro(meta))
 
 
 def is_data_descriptor(value: Any) -> bool:

@@ -31,10 +31,22 @@ class Color(enum.Enum):
     RED = 1
 
 
+class ShadowingMeta(type):
+    @property
+    def __dict__(cls):  # inspect then skips the class's own namespace
+        return {}
+
+
+class Shadowed(metaclass=ShadowingMeta):
+    attr = 1
+
+
 _MISSING = object()
-_CLASSES = [Plain, Child, WithMeta, Color, int, dict, collections.OrderedDict, torch.nn.Linear, type, object]
+_CLASSES = [Plain, Child, WithMeta, Color, Shadowed, ShadowingMeta, int, dict, collections.OrderedDict, torch.nn.Linear,
+            torch.nn.Parameter, torch.Tensor, abc.ABCMeta, type, object]
 _NAMES = ["attr", "method", "__init__", "__dict__", "__mro__", "__name__", "mro", "__call__", "register", "RED",
-          "forward", "missing_name", "__getattribute__", "__slots__", "__abstractmethods__"]
+          "forward", "missing_name", "__getattribute__", "__slots__", "__abstractmethods__", "__members__", "data",
+          "__torch_function__", "_abc_impl"]
 
 
 @pytest.mark.parametrize("cls", _CLASSES, ids=lambda c: c.__name__)
