@@ -187,6 +187,20 @@ def test_symbolic_int_arguments_are_kernel_arguments():
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
 
 
+def test_symbolic_int_argument_without_a_lower_bound():
+    """An int used only as a value has no range below (torch's -int_oo, which sympy calls finite)."""
+    def fn(x, n):
+        return (x * n).relu() + 1
+
+    backend = Counting()
+    compiled = minidynamo.optimize(backend)(fn)
+    for n in (2, 3, 4, 5, -3):
+        x = torch.randn(8)
+        assert_close(compiled(x, n), fn(x, n))
+    assert len(backend.compiled) == 2 and len(_symbolic_graphs(backend)) == 1
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
+
+
 def test_symbolic_row_sums_accumulate_in_float_chunks():
     """A float sum over a row of symbolic length adds float partials of 4096 elements into a
     double (as exact as the static float sum for short rows, as a double sum for long ones), and

@@ -58,7 +58,7 @@ class SizeVars:
                 self._renamed[s] = new
                 self.hints[new] = int(self.shape_env.backed_var_to_val[s]) if self.shape_env is not None else 2
                 low = self.shape_env.var_to_range[s].lower if self.shape_env is not None else 2
-                self.lower[new] = int(low) if low.is_finite else -(1 << 62)
+                self.lower[new] = int(low) if low.is_Integer else -(1 << 62)  # torch says -int_oo is finite
         e = sympy.expand(e.xreplace(self._renamed))
         _check_polynomial(e)
         return e
