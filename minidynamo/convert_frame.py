@@ -205,9 +205,9 @@ class ConvertFrame:
 
     def trace_with_break(self, frame: Any, static_scalars: bool) -> tuple:
         """Trace the frame; where something unsupported stops it, trace again up to there and break
-        the graph (unless nopython). Int locals that vary between calls are traced as symbolic ints
-        only in frames that trace whole: otherwise the frame is traced with them as constants, so
-        a symbolic int never costs a graph break its value would not."""
+        the graph (unless nopython). Int and float locals that vary between calls are traced as
+        symbolic values only in frames that trace whole: otherwise the frame is traced with them as
+        constants, so a symbolic value never costs a graph break its constant would not."""
         try:
             return self.trace(frame, None, static_scalars)
         except Unsupported as e:
@@ -217,7 +217,7 @@ class ConvertFrame:
                 raise
             return self.trace(frame, (e.break_index, e), static_scalars)
 
-    def trace(self, frame: Any, break_at: Optional[tuple], static_scalars: bool = False) -> tuple:
+    def trace(self, frame: Any, break_at: Optional[tuple], static_scalars: bool) -> tuple:
         frame_state = self.frame_states.setdefault(frame.f_code, {})
         output = OutputGraph(frame.f_code, frame.f_globals, self.compiler_fn, frame.f_locals, dynamic=self.dynamic,
                              frame_state=frame_state, static_scalars=static_scalars)

@@ -24,7 +24,7 @@ from .source import ChainedSource, Source
 DYNAMIC_DIMS_ATTR = "_dynamo_dynamic_indices"
 STATIC_DIMS_ATTR = "_dynamo_static_indices"
 _SIZES_KEY = "input_sizes"  # frame_state[_SIZES_KEY][source name]: sizes seen, None where they varied
-_SCALARS_KEY = "input_scalars"  # frame_state[_SCALARS_KEY][source name]: the int seen, None once it varied
+_SCALARS_KEY = "input_scalars"  # frame_state[_SCALARS_KEY][source name]: the number seen, None once it varied
 
 
 def _dims_in_range(tensor: torch.Tensor, index: Union[int, Sequence[int]], api: str) -> Set[int]:
@@ -83,8 +83,8 @@ def dynamic_scalar(value: Union[int, float], name: str, dynamic: Optional[bool],
     return bool(dynamic) or (name in history and history[name] != value)
 
 
-def remember_scalars(frame_state: Dict[str, Any], scalars: Dict[str, int]) -> None:
-    """Record one compile's int locals; one whose value changed is remembered as varying (None)."""
+def remember_scalars(frame_state: Dict[str, Any], scalars: Dict[str, Union[int, float]]) -> None:
+    """Record one compile's int and float locals; one whose value changed is remembered as varying (None)."""
     history = frame_state.setdefault(_SCALARS_KEY, {})
     for name, now in scalars.items():
         history[name] = now if history.get(name, now) == now else None
@@ -151,11 +151,12 @@ class ShapeEnvSource(torch._guards.Source):
 
 @dataclass
 class SymbolicInput:
-    """A graph input traced with symbolic sizes at `dims`, or a symbolic int (`fake` a SymInt)."""
+    """A graph input traced with symbolic sizes at `dims`, or a symbolic int or float (`fake` a
+    SymInt or SymFloat, `dims` empty)."""
 
     source: Source
-    value: Union[torch.Tensor, int]
-    fake: Union[torch.Tensor, torch.SymInt]
+    value: Union[torch.Tensor, int, float]
+    fake: Union[torch.Tensor, torch.SymInt, torch.SymFloat]
     dims: Tuple[int, ...]
 
 

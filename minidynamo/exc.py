@@ -13,7 +13,7 @@ class Unsupported(Exception):
         self.break_index: Optional[int] = None
         # no graph break can help: the whole frame runs as written
         self.whole_frame = False
-        # raised in a trace that had made varying int locals symbolic (see ConvertFrame.convert)
+        # raised in a trace that had made varying int or float locals symbolic (see ConvertFrame.trace_with_break)
         self.symbolic_scalars = False
 
 

@@ -87,13 +87,13 @@ class OutputGraph:
     break_reasons: List[Any] = field(default_factory=list)
     dynamic: Optional[bool] = None  # see optimize(dynamic=...)
     frame_state: Dict[str, Any] = field(default_factory=dict)  # shared by the compiles of one code object
-    static_scalars: bool = False  # int locals stay constants even where they vary between calls
+    static_scalars: bool = False  # int and float locals stay constants even where they vary between calls
 
     def __post_init__(self) -> None:
         self.root = torch.nn.Module()
         self._fake_mode: Optional[FakeTensorMode] = None  # made on first use, see fake_mode()
         self._input_sizes: Dict[str, Tuple[int, ...]] = {}
-        self._input_scalars: Dict[str, int] = {}
+        self._input_scalars: Dict[str, Union[int, float]] = {}
         self._symbolic_inputs: List[SymbolicInput] = []
         self._size_inputs: Dict[Any, SymNodeVariable] = {}  # sympy symbol -> its graph input
         self._inputs_by_source: Dict[str, Union[TensorVariable, SymNodeVariable]] = {}
@@ -382,7 +382,7 @@ class OutputGraph:
         self._remove_unused_size_ops({v.node for v in self.outputs})
         if self.has_symbolic_scalars() and not any(
                 n.op in _CALL_OPS and not n.meta.get("symbolic") for n in self.graph.nodes):
-            # int arithmetic alone is no work for a graph: the frame is traced again with the ints constant
+            # scalar arithmetic alone is no work for a graph: the frame is traced again with the scalars constant
             unimplemented("a graph of symbolic int arithmetic only")
         if self.outputs or self.has_ops():
             self.graph.output(tuple(t.node for t in self.outputs))

@@ -201,19 +201,26 @@ def test_symbolic_int_argument_without_a_lower_bound():
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
 
 
+def _one_graph_over_row_lengths(fn, lengths):
+    """Runs `fn` compiled with dynamic=True on (4, n) inputs for each row length, comparing with
+    eager; returns the one symbolic graph it compiled."""
+    backend = Counting()
+    compiled = minidynamo.optimize(backend, dynamic=True)(fn)
+    with torch.no_grad():
+        for n in lengths:
+            x = torch.randn(4, n) * 4
+            for a, b in zip(compiled(x), fn(x)):
+                assert_close(a, b)
+    graph, = _symbolic_graphs(backend)
+    return graph
+
+
 def test_symbolic_row_sums_accumulate_in_float_chunks():
     """A float sum over a row of symbolic length adds float partials of 4096 elements into a
     double (as exact as the static float sum for short rows, as a double sum for long ones), and
     softmax keeps its exponentials in the output row (computed once) as with static sizes."""
     fn = lambda x: (torch.softmax(x, -1), x.sum(-1))  # noqa: E731
-    backend = Counting()
-    compiled = minidynamo.optimize(backend, dynamic=True)(fn)
-    with torch.no_grad():
-        for n in (3, 100, 4096, 5000, 20000):
-            x = torch.randn(4, n) * 4
-            for a, b in zip(compiled(x), fn(x)):
-                assert_close(a, b)
-    graph, = _symbolic_graphs(backend)
+    graph = _one_graph_over_row_lengths(fn, (3, 100, 4096, 5000, 20000))
     kernels = graph.source.split("static void kernel0")[1]
     assert "rc += 4096" in kernels and kernels.count("md_expf(") == 1
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
@@ -223,13 +230,6 @@ def test_symbolic_long_rows_reduce_in_lanes_with_a_tail():
     """Rows long at the example input (256+ elements) reduce into blocks of lane accumulators as
     with static sizes; the elements past the last whole block go through a tail loop."""
     fn = lambda x: (torch.softmax(x, -1), x.amax(-1), x.sum(-1))  # noqa: E731
-    backend = Counting()
-    compiled = minidynamo.optimize(backend, dynamic=True)(fn)
-    with torch.no_grad():
-        for n in (512, 3, 100, 777, 5000):
-            x = torch.randn(4, n) * 4
-            for a, b in zip(compiled(x), fn(x)):
-                assert_close(a, b)
-    graph, = _symbolic_graphs(backend)
+    graph = _one_graph_over_row_lengths(fn, (512, 3, 100, 777, 5000))
     assert "const int64_t rfull0 = ks1 - ks1 % 64;" in graph.source
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
