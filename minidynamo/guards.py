@@ -106,7 +106,6 @@ class TensorSpec:
 # Process state outside torch's GlobalStateGuard that changes what a traced frame does:
 # (name in reasons, function reading it).
 _EXTRA_STATE: Tuple[Tuple[str, Callable[[], Any]], ...] = (
-    ("profiler enabled", torch.autograd._profiler_enabled),
     ("torch function modes", torch._C._len_torch_function_stack),
     ("torch dispatch modes", torch._C._len_torch_dispatch_stack),
     ("inference mode", torch.is_inference_mode_enabled),
@@ -118,7 +117,7 @@ class EntryState:
     """The global torch state a frame was entered with, as its GLOBAL_STATE guard checks it (the state
     itself, captured and restored, is global_state.GlobalState): torch's GlobalStateGuard (grad mode,
     autocast per device, default dtype, deterministic algorithms, torch function enabled, ...)
-    plus the profiler, the mode stacks and inference mode."""
+    plus the mode stacks and inference mode."""
 
     torch_guard: Any
     extra: Tuple[Any, ...]

@@ -323,10 +323,6 @@ def plain(x):
     return x * 2
 
 
-def _switch_profiler():
-    return torch.autograd.profiler.profile()
-
-
 class Noop(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         return func(*args, **(kwargs or {}))
@@ -338,7 +334,6 @@ STATES = {
                       "global state changed: deterministic_algorithms (expected False, got True)"),
     "autocast": (lambda: torch.autocast("cpu", dtype=torch.bfloat16), "global state changed: autocast_state"),
     "default dtype": (lambda: _default_dtype(torch.float64), "global state changed: default_dtype (expected 6, got 7)"),
-    "profiler": (_switch_profiler, "global state changed: profiler enabled (expected False, got True)"),
     "torch function mode": (Noop, "global state changed: torch function modes (expected 0, got 1)"),
 }
 
@@ -379,6 +374,31 @@ def test_inference_mode_is_part_of_the_state():
         with torch.inference_mode():
             assert compiled(x).is_inference()
     assert rec.frames[1].recompile_reason == "global state changed: inference mode (expected False, got True)"
+
+
+def reads_profiler(x):
+    return x + 1 if torch.autograd._profiler_enabled() else x - 1
+
+
+def test_profiler_is_guarded_only_where_the_trace_reads_it():
+    """Profiling changes no value a frame computes, so it recompiles only frames that ask whether
+    it is on (as torch.compile, which breaks the graph there instead); a warm cpp forward and
+    backward under torch.profiler hits the cache."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    train = minidynamo.compile(model, backend="cpp")
+    reader = minidynamo.optimize(CompileCounter())(reads_profiler)
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        train(x).sum().backward()
+        reader(x)
+    compiled = minidynamo.stats()["compiled"]
+    with Records() as rec, torch.profiler.profile():
+        train(x).sum().backward()
+        assert torch.equal(reader(x), x + 1)
+    assert torch.equal(reader(x), x - 1)
+    assert minidynamo.stats()["compiled"] == compiled + 1
+    assert [f.code.co_name for f in rec.frames] == ["reads_profiler"]
+    assert "_profiler_enabled" in rec.frames[0].recompile_reason
 
 
 def no_ops(x):

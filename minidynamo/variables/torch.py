@@ -56,11 +56,11 @@ _GLOBAL_STATE_READS = _existing(
     "torch.get_default_dtype", "torch.is_autocast_enabled", "torch.is_autocast_cpu_enabled",
     "torch.is_autocast_cache_enabled", "torch.are_deterministic_algorithms_enabled",
     "torch.is_deterministic_algorithms_warn_only_enabled", "torch.get_num_threads",
-    "torch.autograd._profiler_enabled", "torch.is_inference_mode_enabled",
+    "torch.is_inference_mode_enabled",
 )
 # Other settings, read without arguments: answered while tracing, and guarded by reading them again.
 SETTINGS = {path: fn for path in (
-    "torch.backends.mha.get_fastpath_enabled", "torch.get_num_interop_threads",
+    "torch.backends.mha.get_fastpath_enabled", "torch.get_num_interop_threads", "torch.autograd._profiler_enabled",
     "torch.is_anomaly_enabled", "torch.is_anomaly_check_nan_enabled",
     "torch.get_float32_matmul_precision", "torch.get_deterministic_debug_mode", "torch.is_warn_always_enabled",
     "torch.initial_seed", "torch.get_default_device",
