@@ -15,6 +15,7 @@ import torch
 
 from .cpp_build import UNIT_BREAK
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
+from .cpp_indexed import NATIVE_STEPS, IndexedStep
 from .cpp_prelude import PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PARALLEL_FOR, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
@@ -525,6 +526,8 @@ class KernelGroup:
     writeback: Dict[str, str] = field(default_factory=dict)
     scratch: Dict[str, int] = field(default_factory=dict)  # intermediate -> byte offset in the scratch
     scratch_bytes: int = 0  # one block the wrapper allocates per call, shared by liveness
+    # steps checking indices: the group returns nonzero when one is out of range
+    checked: Set[str] = field(default_factory=set)
 
 
 def group_kernels(steps: Sequence[Union[Step, Gemm]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
@@ -532,12 +535,12 @@ def group_kernels(steps: Sequence[Union[Step, Gemm]], rendered: Dict[str, CppKer
     runs: List[List[Kernel]] = []
     after_kernel = False
     for step in steps:
-        if isinstance(step, (Kernel, Gemm)):
+        if isinstance(step, (Kernel,) + NATIVE_STEPS):
             if after_kernel:
                 runs[-1].append(step)
             else:
                 runs.append([step])
-        after_kernel = isinstance(step, (Kernel, Gemm))
+        after_kernel = isinstance(step, (Kernel,) + NATIVE_STEPS)
     readers: Dict[str, Set[int]] = {b: {-1} for b in keep}  # -1: an extern call or the caller
     for step in steps:
         if isinstance(step, ExternNode):
@@ -564,7 +567,8 @@ def group_kernels(steps: Sequence[Union[Step, Gemm]], rendered: Dict[str, CppKer
         args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local) - set(own) - set(scratch)
                       | set(own.values()))
         groups.append(KernelGroup(f"group{i}", [k.name for k in run], args,
-                                  [b for b in args if b in stored], local, own, scratch, scratch_bytes))
+                                  [b for b in args if b in stored], local, own, scratch, scratch_bytes,
+                                  {k.name for k in run if isinstance(k, IndexedStep) and k.checked}))
     return groups
 
 
@@ -599,7 +603,7 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     params = [f"{'' if b in written else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
               for b in group.args] + (["char* md_scratch"] if group.scratch else []) + [
         f"int64_t {s}" for s in symbols] + ["int nthreads"]
-    lines = [f'extern "C" void {group.name}({", ".join(params)}) {{']
+    lines = [f'extern "C" {"int" if group.checked else "void"} {group.name}({", ".join(params)}) {{']
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
@@ -609,10 +613,11 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     for b, offset in group.scratch.items():
         lines.append(f"  {CTYPES[buffers[b].dtype]}* {b} = ({CTYPES[buffers[b].dtype]}*)(md_scratch + {offset});")
     for name in group.kernels:
-        lines.append(f"  {name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])});")
+        call = f"{name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])})"
+        lines.append(f"  if ({call}) return 1;" if name in group.checked else f"  {call};")
     for b, x in group.writeback.items():
         lines.append(f"  std::memcpy({x}, {b}, {buffers[b].span_bytes()});")
-    return "\n".join(lines) + "\n}\n"
+    return "\n".join(lines + ["  return 0;"] * bool(group.checked)) + "\n}\n"
 
 
 def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], keep: Set[str],
@@ -623,7 +628,8 @@ def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], k
     `writeback`: new values (buffers only the kernels read) -> the inputs they are copied into at
     the end of their group (see KernelGroup)."""
     rendered = [CppRenderer(k, buffers, symbols).render() if isinstance(k, Kernel)
-                else CppKernel(k.name, *render_gemm(k, buffers)) for k in steps if isinstance(k, (Kernel, Gemm))]
+                else CppKernel(k.name, *k.render(buffers)) if isinstance(k, IndexedStep)
+                else CppKernel(k.name, *render_gemm(k, buffers)) for k in steps if isinstance(k, (Kernel,) + NATIVE_STEPS)]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units
