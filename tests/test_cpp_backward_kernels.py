@@ -13,7 +13,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import minidynamo
 from benchmarks.models import _TinyTransformer
 from minidynamo import perf
-from minidynamo.codegen.cpp_indexed import Cat, Embedding, Gather, IndexedStep, IndexPutAccumulate
+from minidynamo.codegen.cpp_indexed import (
+    Cat, Embedding, Gather, IndexedStep, IndexPutAccumulate, MaxPoolBackward,
+)
 from minidynamo.codegen.cpp_pipeline import compile_cpp_graph
 from minidynamo.codegen.ir import ExternNode
 
@@ -117,6 +119,27 @@ def test_index_put_index_out_of_range_raises_eagers_error():
         with pytest.raises(IndexError):
             compiled(base, torch.tensor([0, bad, 1]), values)
     assert minidynamo.stats()["backend_fallbacks"] == 0
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_max_pool_backward_adds_each_gradient_where_its_maximum_was(channels_last):
+    """Overlapping windows (stride 1 < kernel 3) send several gradients to one position."""
+    def f(x):
+        y, _ = torch.nn.functional.max_pool2d_with_indices(x.tanh(), 3, 1)
+        return (y * y).sum()
+
+    x = torch.randn(2, 3, 9, 8)
+    x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    x.requires_grad_()
+    compiled = minidynamo.optimize("cpp")(f)
+    for _ in range(2):
+        (got,) = torch.autograd.grad(compiled(x), x)
+        (want,) = torch.autograd.grad(f(x), x)
+        torch.testing.assert_close(got, want)
+    assert minidynamo.stats()["backend_fallbacks"] == 0
+    backward = max(list(perf._graphs), key=lambda g: g.times.number)
+    _steps(backward, MaxPoolBackward)
+    assert not [s for s in backward.steps if isinstance(s, ExternNode)]
 
 
 class _Recommender(nn.Module):

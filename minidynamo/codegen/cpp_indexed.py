@@ -1,7 +1,7 @@
-"""Concatenation, embedding lookups, gather and accumulating index_put (an embedding's backward) as C++
-steps inside a kernel group instead of torch calls: each is a loop over its operands' strides in
-the group's exported function, so its result needs no tensor made by torch and, when only the
-group reads it, lives on the group's stack or scratch block. Indices are checked as eager checks
+"""Concatenation, embedding lookups, gather, accumulating index_put (an embedding's backward) and
+max pooling's backward as C++ steps inside a kernel group instead of torch calls: each is a loop
+over its operands' strides in the group's exported function, so its result needs no tensor made
+by torch and, when only the group reads it, lives on the group's stack or scratch block. Indices are checked as eager checks
 them; one out of range makes the group return nonzero, and the graph then runs eagerly, which
 raises eager's error."""
 from __future__ import annotations
@@ -172,12 +172,40 @@ class IndexPutAccumulate(IndexedStep):
         return numel(buffers[self.out].size) + numel(self.operands[2].size)
 
 
-NATIVE_STEPS = (Gemm, Cat, Embedding, Gather, IndexPutAccumulate)  # steps a kernel group runs besides kernels
+@dataclass
+class MaxPoolBackward(IndexedStep):
+    """out = zeros shaped as the pooled input with each gradient added at the position its
+    window's maximum came from (operands: grad_output, indices flat in the input plane), planes
+    in order and positions in order within a plane, as eager's loop."""
+
+    checked = True
+
+    def body(self, buffers: Dict[str, Buffer]) -> List[str]:
+        grad, indices = self.operands
+        out, n = buffers[self.out], len(grad.size)
+        height, width = out.size[-2:]
+        zero = _loops(out.size, [f"{_at(self.out, 0, out.stride, 'i', range(n))} = 0;"], parallel_work=numel(out.size))
+        at = _at(indices.buffer, indices.offset, indices.stride, "i", range(n))
+        rows_dense = out.stride[-2] == width * out.stride[-1]  # the plane's position is `at` itself
+        where = f"at * {out.stride[-1]}" if rows_dense else \
+            f"(at / {width}) * {out.stride[-2]} + (at % {width}) * {out.stride[-1]}"
+        plane = _at(self.out, where, out.stride[:-2], "i", range(n - 2))
+        # a bad index returns midway: `out` is this call's own, and eager runs the graph again
+        add = _loops(grad.size, [f"const int64_t at = {at};", f"if (at < 0 || at >= {height * width}) return 1;",
+                                 f"{plane} += {_at(grad.buffer, grad.offset, grad.stride, 'i', range(n))};"],
+                     simd=False)
+        return zero + add
+
+    def work(self, buffers: Dict[str, Buffer]) -> int:
+        return numel(buffers[self.out].size) + numel(self.operands[0].size)
+
+
+NATIVE_STEPS = (Gemm, Cat, Embedding, Gather, IndexPutAccumulate, MaxPoolBackward)  # steps a kernel group runs besides kernels
 
 
 def use_indexed_steps(steps: Sequence[Step], buffers: Dict[str, Buffer]) -> List[Step]:
-    """`steps` with each cat, embedding, gather and accumulating index_put that the loops can take (static
-    sizes, one dtype, plain arguments) as an IndexedStep."""
+    """`steps` with each cat, embedding, gather, accumulating index_put and max pooling backward
+    that the loops can take (static sizes, one dtype, plain arguments) as an IndexedStep."""
     out: List[Step] = []
     for step in steps:
         indexed = _as_indexed(step, buffers, len(out)) if isinstance(step, ExternNode) else None
@@ -250,5 +278,18 @@ def _index_put(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer):
     return IndexPutAccumulate, (base, indices, values), {}
 
 
-_MAKERS = {aten.cat.default: _cat, aten.embedding.default: _embedding, aten.gather.default: _gather,
+def _max_pool_backward(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer):
+    if len(node.args) != 8 or node.kwargs:
+        return None
+    grad, source, indices = node.args[0], node.args[1], node.args[7]
+    if not all(isinstance(a, ExternArg) for a in (grad, source, indices)) or len(grad.size) not in (3, 4) \
+            or tuple(out.size) != tuple(source.size) or len(grad.size) != len(out.size) \
+            or tuple(indices.size) != tuple(grad.size) or tuple(grad.size[:-2]) != tuple(out.size[:-2]) \
+            or not out.dtype.is_floating_point or buffers[grad.buffer].dtype != out.dtype \
+            or buffers[indices.buffer].dtype != torch.int64:
+        return None
+    return MaxPoolBackward, (grad, indices), {}
+
+
+_MAKERS = {aten.cat.default: _cat, aten.max_pool2d_with_indices_backward.default: _max_pool_backward, aten.embedding.default: _embedding, aten.gather.default: _gather,
            aten.index_put.default: _index_put}

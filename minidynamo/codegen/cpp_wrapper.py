@@ -353,8 +353,7 @@ class CppGraph(CompiledGraph):
                 continue
             buf = self.buffers[spec.buffer]
             t = names.v(spec.buffer)
-            view = (f"{t}.as_strided({tuple_code(spec.size)}, {tuple_code(spec.stride)}, "
-                    f"{t}.storage_offset() + {size_code(spec.offset)})")
+            view = _view_code(t, spec.size, spec.stride, spec.offset)
             same = (tuple(buf.size) == tuple(spec.size) and tuple(buf.stride) == tuple(spec.stride)
                     and not spec.fresh)
             if same and not spec.offset and names.exact.get(spec.buffer):
@@ -376,8 +375,7 @@ class CppGraph(CompiledGraph):
                 if (tuple(buf.size) == tuple(a.size) and a.offset == 0
                         and same_layout(buf.size, buf.stride, a.stride)):
                     return t
-                return (f"{t}.as_strided({tuple_code(a.size)}, {tuple_code(a.stride)}, "
-                        f"{t}.storage_offset() + {size_code(a.offset)})")
+                return _view_code(t, a.size, a.stride, a.offset)
             if isinstance(a, (tuple, list)):
                 parts = [arg(x) for x in a]
                 if any(p is None for p in parts):
@@ -431,6 +429,14 @@ class CppGraph(CompiledGraph):
 
     def __call__(self, *args: torch.Tensor) -> Any:
         return self.run(*args)
+
+
+def _view_code(t: str, size, stride, offset) -> str:
+    """A view of local `t` at `offset` elements past its own start (as_strided keeps the tensor's
+    offset when given none: one call fewer)."""
+    if not is_symbolic(offset) and offset == 0:
+        return f"{t}.as_strided({tuple_code(size)}, {tuple_code(stride)})"
+    return f"{t}.as_strided({tuple_code(size)}, {tuple_code(stride)}, {t}.storage_offset() + {size_code(offset)})"
 
 
 def _op_name(fn) -> str:
