@@ -210,11 +210,17 @@ REDUCTIONS.update({
     "layer_norm": lambda x, i: F.layer_norm(x, (8,), torch.linspace(0.5, 2, 8), torch.linspace(-1, 1, 8)),
     "layer_norm_2d": lambda x, i: F.layer_norm(x, (7, 8)),
     "norm": lambda x, i: torch.linalg.vector_norm(x, dim=-1),
+    "norm_dims_keepdim": lambda x, i: torch.linalg.vector_norm(x, dim=(0, 1), keepdim=True),
+    "norm_ord1": lambda x, i: torch.linalg.vector_norm(x, 1, dim=1),
+    "norm_ord_inf": lambda x, i: torch.linalg.vector_norm(x, float("inf")),
+    "norm_ord3": lambda x, i: torch.linalg.vector_norm(x, 3, dim=-1),
+    "group_norm": lambda x, i: F.group_norm(x.transpose(1, 2), 2, torch.linspace(0.5, 2, 8), torch.linspace(-1, 1, 8)),
+    "group_norm_no_affine": lambda x, i: F.group_norm(x, 7),
     "sum_dtype": lambda x, i: x.sum(-1, dtype=torch.float64),
 })
 
 
-REDUCTION_EXTERNS = ("aten.linalg_vector_norm.default",)  # no lowering
+REDUCTION_EXTERNS = ()  # vector norms and group norm run as their decompositions
 
 
 @pytest.fixture(scope="module")

@@ -149,3 +149,22 @@ def test_large_convolutions_stay_with_onednn(monkeypatch):
         torch.testing.assert_close(graph(x), conv(x))
     assert not [s for s in graph.steps if isinstance(s, Conv)]
     assert [s.fn for s in graph.steps if isinstance(s, ExternNode)] == [torch.ops.aten.convolution.default]
+
+
+def test_large_weights_are_read_in_place():
+    """A weight too large to copy on the stack is read where it lies: a channels-last input is
+    then gathered plane by plane to the contiguous weight's order; a weight in neither order
+    stays with oneDNN."""
+    torch.manual_seed(4)
+    conv = nn.Conv2d(64, 128, 3)
+    x = torch.randn(1, 64, 4, 4).contiguous(memory_format=torch.channels_last)
+    graph = _compile(lambda x: conv(x), x)
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x), conv(x), **TOL[torch.float32])
+    (step,) = _convs(graph)
+    assert not step.pixels
+    w_odd = conv.weight.detach().transpose(0, -1).contiguous().transpose(0, -1)
+    graph = _compile(lambda x, w: conv._conv_forward(x, w, None), x, w_odd)
+    with torch.no_grad():
+        torch.testing.assert_close(graph(x, w_odd), conv._conv_forward(x, w_odd, None), **TOL[torch.float32])
+    assert not [s for s in graph.steps if isinstance(s, Conv)]

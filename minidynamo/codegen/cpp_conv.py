@@ -39,6 +39,7 @@ class Conv:
     w_stride: Tuple[int, int, int, int]
     out_size: Tuple[int, int, int, int]  # N, O, OH, OW
     channels_last: bool  # out is laid out (N, OH, OW, O); otherwise contiguous (N, O, OH, OW)
+    pixels: bool  # windows gathered as whole pixels' channels (channels-last input), else plane by plane
     stride: Tuple[int, int]
     padding: Tuple[int, int]
     dilation: Tuple[int, int]
@@ -96,10 +97,16 @@ def _as_conv(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Option
               if all(a == b or s == 1 for a, b, s in zip(flat, want, out_size))]
     if not layout or x_size[1] != w_size[1] * groups or o % groups:
         return None
+    pixels = x_stride[1] == 1 and x_size[1] > 1
+    if o * numel(w_size[1:]) > _TILE_ELEMENTS and not _weight_in_order(w_size, w_stride, pixels):
+        # a large weight is read in place (copying it would need too much stack): gather to its order
+        pixels = not pixels
+        if not _weight_in_order(w_size, w_stride, pixels):
+            return None
     two = (lambda v: (1,) + tuple(v)) if len(x.size) == 3 else tuple
     one = (lambda v: (0,) + tuple(v)) if len(x.size) == 3 else tuple
     return Conv(f"conv{index}", out.name, x, w, bias, x_size, x_stride, w_size, w_stride, out_size, layout[0],
-                two(stride), one(padding), two(dilation), groups, out.dtype, {out.name})
+                pixels, two(stride), one(padding), two(dilation), groups, out.dtype, {out.name})
 
 
 def conv_args(c: Conv) -> List[str]:
@@ -109,7 +116,6 @@ def conv_args(c: Conv) -> List[str]:
 def render_conv(c: Conv, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
     """The C++ function for `c` and its parameters in order (nthreads follows)."""
     routine, ctype = blas_type(c.dtype)
-    interleaved = c.x_stride[1] == 1 and c.x_size[1] > 1  # channels-last input: windows of whole pixels
     n, cin, h, w = c.x_size
     o, cg, kh, kw = c.w_size
     _, _, oh, ow = c.out_size
@@ -120,7 +126,7 @@ def render_conv(c: Conv, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
     params = [f"{ctype}* __restrict__ {c.out}", f"const {ctype}* __restrict__ {c.x.buffer}",
               f"const {ctype}* __restrict__ {c.w.buffer}"] + (
         [f"const {ctype}* __restrict__ {c.bias.buffer}"] if c.bias is not None else [])
-    weight, ldw, pack = _weight(c, interleaved, ctype)
+    weight, ldw, pack = _weight(c, ctype)
     lines = [f"static void {c.name}({', '.join(params)}, int nthreads) {{",
              f"  const {ctype} one = 1, zero = 0;"] + pack + [
              f"  const int before = md_threads(1);",
@@ -134,25 +140,38 @@ def render_conv(c: Conv, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
               f"    const int64_t oh0 = t * {rows}, oh1 = oh0 + {rows} < {oh} ? oh0 + {rows} : {oh};",
               f"    const int tile = (int)((oh1 - oh0) * {ow});",
               f"    const {ctype}* xg = {c.x.buffer} + {c.x.offset} + n * {c.x_stride[0]} + g * {cg * c.x_stride[1]};"]
-    lines += ["    " + ln for ln in (_gather_pixels(c) if interleaved else _gather_planes(c))]
-    lines += ["    " + ln for ln in _product(c, interleaved, weight, ldw, routine, og, kg)]
+    lines += ["    " + ln for ln in (_gather_pixels(c) if c.pixels else _gather_planes(c))]
+    lines += ["    " + ln for ln in _product(c, weight, ldw, routine, og, kg)]
     if c.bias is not None:
         lines += ["    " + ln for ln in _add_bias(c, og)]
     lines += ["  }", "  md_threads(before);", "}"]
     return "\n".join(lines) + "\n", args
 
 
-def _weight(c: Conv, interleaved: bool, ctype: str) -> Tuple[str, int, List[str]]:
-    """The weight as rows of (O, KG) in the order the gather lays out a window: (cg, kh, kw) for
-    planes, (kh, kw, cg) for pixels. Read in place when laid out so (a contiguous or a
-    channels-last weight), else copied into that order (O * KG elements, on the stack)."""
-    o, cg, kh, kw = c.w_size
-    so, sc, sh, sw = c.w_stride
-    kg = cg * kh * kw
-    order = ((sh, kh, kw * cg), (sw, kw, cg), (sc, cg, 1)) if interleaved else \
+def _window_order(w_size: Sequence[int], w_stride: Sequence[int], pixels: bool) -> Tuple[Tuple[int, int, int], ...]:
+    """(weight stride, size, stride in a gathered window) of the window's dims in the gather's
+    order: (kh, kw, cg) for pixels, (cg, kh, kw) for planes."""
+    _, cg, kh, kw = w_size
+    _, sc, sh, sw = w_stride
+    return ((sh, kh, kw * cg), (sw, kw, cg), (sc, cg, 1)) if pixels else \
         ((sc, cg, kh * kw), (sh, kh, kw), (sw, kw, 1))
+
+
+def _weight_in_order(w_size: Sequence[int], w_stride: Sequence[int], pixels: bool) -> bool:
+    """Whether the weight's rows (one per output channel) hold windows in the gather's order."""
+    kg = numel(w_size[1:])
+    return all(st == want or size == 1 for st, size, want in _window_order(w_size, w_stride, pixels)) \
+        and (w_stride[0] >= kg or w_size[0] == 1)
+
+
+def _weight(c: Conv, ctype: str) -> Tuple[str, int, List[str]]:
+    """The weight as rows of (O, KG) in the order the gather lays out a window: read in place
+    when laid out so (a contiguous or a channels-last weight), else copied into that order
+    (at most _TILE_ELEMENTS, on the stack: see _as_conv)."""
+    o, kg, so = c.w_size[0], numel(c.w_size[1:]), c.w_stride[0]
+    order = _window_order(c.w_size, c.w_stride, c.pixels)
     base = f"{c.w.buffer} + {c.w.offset}"
-    if all(st == want or size == 1 for st, size, want in order) and (so >= kg or o == 1):
+    if _weight_in_order(c.w_size, c.w_stride, c.pixels):
         return base, max(so, kg), []
     dims = ("i0", "i1", "i2")
     idx = " + ".join(f"{d} * {st}" for d, (st, _, _) in zip(dims, order))
@@ -191,7 +210,7 @@ def _gather_planes(c: Conv) -> List[str]:
 
 
 def _gather_pixels(c: Conv) -> List[str]:
-    """Rows p of KG = (kh, kw, cg) each, from a channels-last input: whole pixels' channels."""
+    """Rows p of KG = (kh, kw, cg) each: whole pixels' channels (contiguous in a channels-last input)."""
     _, _, h, w = c.x_size
     _, cg, kh, kw = c.w_size
     _, _, oh, ow = c.out_size
@@ -207,7 +226,7 @@ def _gather_pixels(c: Conv) -> List[str]:
         f"    if (iy < 0 || iy >= {h} || ix < 0 || ix >= {w}) {{ for (int64_t ci = 0; ci < {cg}; ci++) d[ci] = 0; continue; }}",
         f"    const {_ctype(c)}* src = xg + iy * {xh} + ix * {xw};",
         "    #pragma omp simd",
-        f"    for (int64_t ci = 0; ci < {cg}; ci++) d[ci] = src[ci];",
+        f"    for (int64_t ci = 0; ci < {cg}; ci++) d[ci] = src[ci * {xc}];",
         "  }", "}"]
 
 
@@ -223,7 +242,7 @@ def _end_inside(shift: str, pad: int, step: int, size: int, out: int) -> str:
     return f"({end} < {out} ? {end} : {out})"
 
 
-def _product(c: Conv, interleaved: bool, weight: str, ldw: int, routine: str, og: int, kg: int) -> List[str]:
+def _product(c: Conv, weight: str, ldw: int, routine: str, og: int, kg: int) -> List[str]:
     """The tile's product with group g's weight rows, into the output in its layout (column-major
     BLAS terms: see the comments of each case)."""
     n_, o, oh, ow = c.out_size
@@ -232,11 +251,11 @@ def _product(c: Conv, interleaved: bool, weight: str, ldw: int, routine: str, og
         cout = f"{c.out} + n * {oh * ow * o} + oh0 * {ow * o} + g * {og}"
         m, nn, ldc = str(og), "tile", o
         ta, a, lda = "T", wg, ldw
-        tb, b, ldb = ("N", "col", kg) if interleaved else ("T", "col", "tile")
+        tb, b, ldb = ("N", "col", kg) if c.pixels else ("T", "col", "tile")
     else:  # C(tile x og, ldc oh*ow) = cols(tile x kg) . W_g^T(kg x og)
         cout = f"{c.out} + n * {o * oh * ow} + g * {og * oh * ow} + oh0 * {ow}"
         m, nn, ldc = "tile", str(og), oh * ow
-        ta, a, lda = ("T", "col", kg) if interleaved else ("N", "col", "tile")
+        ta, a, lda = ("T", "col", kg) if c.pixels else ("N", "col", "tile")
         tb, b, ldb = "N", wg, ldw
     return [f"{{ const int m = {m}, nn = {nn}, k = {kg}, lda = {lda}, ldb = {ldb}, ldc = {ldc};",
             f'  md_{routine}("{ta}", "{tb}", &m, &nn, &k, &one, {a}, &lda, {b}, &ldb, &zero, {cout}, &ldc); }}']
