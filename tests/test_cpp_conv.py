@@ -168,3 +168,21 @@ def test_large_weights_are_read_in_place():
     with torch.no_grad():
         torch.testing.assert_close(graph(x, w_odd), conv._conv_forward(x, w_odd, None), **TOL[torch.float32])
     assert not [s for s in graph.steps if isinstance(s, Conv)]
+
+
+def test_parallel_convolutions_equal_eager():
+    """With two threads a graph with enough work splits each large convolution's (image, group,
+    tile) loop between them; every tile's result lands where it belongs."""
+    torch.manual_seed(5)
+    net = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1, groups=2), nn.ReLU(), nn.Conv2d(32, 16, 3, padding=1),
+                        nn.Conv2d(16, 16, 3, padding=1))
+    x = torch.randn(2, 16, 32, 32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        graph = _compile(lambda x: net(x), x)
+        assert not graph.serial and all(s.macs >= cpp_conv.GEMM_PARALLEL_MIN_MACS for s in _convs(graph))
+        with torch.no_grad():
+            torch.testing.assert_close(graph(x), net(x), **TOL[torch.float32])
+    finally:
+        torch.set_num_threads(threads)
