@@ -81,18 +81,15 @@ def _as_conv(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Option
     out = buffers[node.names[0]]
     if not (isinstance(x, ExternArg) and isinstance(w, ExternArg)) or (bias is not None and not isinstance(bias, ExternArg)) \
             or not generated_conv(x.size, w.size, out.size, out.dtype, transposed) \
-            or {buffers[a.buffer].dtype for a in (x, w, bias) if a is not None} != {out.dtype} \
-            or min(out.size) < 1:
+            or {buffers[a.buffer].dtype for a in (x, w, bias) if a is not None} != {out.dtype}:
         return None
-    pad = (lambda s: (1,) + tuple(s)) if len(x.size) == 3 else tuple
-    x_size, w_size, out_size = tuple(x.size[:2]) + pad(x.size[2:]), tuple(w.size[:2]) + pad(w.size[2:]), \
-        tuple(out.size[:2]) + pad(out.size[2:])
-    x_stride = tuple(x.stride[:2]) + ((0,) if len(x.size) == 3 else ()) + tuple(x.stride[2:])
-    w_stride = tuple(w.stride[:2]) + ((0,) if len(w.size) == 3 else ()) + tuple(w.stride[2:])
-    n, o, oh, ow = out_size
+    one_d = len(x.size) == 3
+    x_size, w_size, out_size = (_two_d(t.size, 1, one_d) for t in (x, w, out))
+    x_stride, w_stride = (_two_d(t.stride, 0, one_d) for t in (x, w))
+    _, o, oh, ow = out_size
     nchw = contiguous_strides(out_size)
     nhwc = (oh * ow * o, 1, ow * o, o)
-    flat = tuple(out.stride[:2]) + ((nchw[2],) if len(out.size) == 3 else ()) + tuple(out.stride[2:])
+    flat = _two_d(out.stride, nchw[2], one_d)
     layout = [cl for cl, want in ((False, nchw), (True, nhwc))
               if all(a == b or s == 1 for a, b, s in zip(flat, want, out_size))]
     if not layout or x_size[1] != w_size[1] * groups or o % groups:
@@ -103,10 +100,16 @@ def _as_conv(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Option
         pixels = not pixels
         if not _weight_in_order(w_size, w_stride, pixels):
             return None
-    two = (lambda v: (1,) + tuple(v)) if len(x.size) == 3 else tuple
-    one = (lambda v: (0,) + tuple(v)) if len(x.size) == 3 else tuple
     return Conv(f"conv{index}", out.name, x, w, bias, x_size, x_stride, w_size, w_stride, out_size, layout[0],
-                pixels, two(stride), one(padding), two(dilation), groups, out.dtype, {out.name})
+                pixels, _two_d(stride, 1, one_d), _two_d(padding, 0, one_d), _two_d(dilation, 1, one_d), groups,
+                out.dtype, {out.name})
+
+
+def _two_d(values: Sequence[int], height: int, one_d: bool) -> tuple:
+    """A 1-d convolution's sizes, strides or parameters as a 2-d one's: `height` for the height
+    inserted before the width (a size 1, stride 0, padding 0, ...)."""
+    values = tuple(values)
+    return values[:-1] + (height,) + values[-1:] if one_d else values
 
 
 def conv_args(c: Conv) -> List[str]:
@@ -116,7 +119,7 @@ def conv_args(c: Conv) -> List[str]:
 def render_conv(c: Conv, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
     """The C++ function for `c` and its parameters in order (nthreads follows)."""
     routine, ctype = blas_type(c.dtype)
-    n, cin, h, w = c.x_size
+    n = c.x_size[0]
     o, cg, kh, kw = c.w_size
     _, _, oh, ow = c.out_size
     og, kg = o // c.groups, cg * kh * kw
@@ -129,10 +132,10 @@ def render_conv(c: Conv, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
     weight, ldw, pack = _weight(c, ctype)
     lines = [f"static void {c.name}({', '.join(params)}, int nthreads) {{",
              f"  const {ctype} one = 1, zero = 0;"] + pack + [
-             f"  const int before = md_threads(1);",
+             "  const int before = md_threads(1);",
              f"  const int64_t row_tiles = {-(-oh // rows)};"]
     if c.macs >= GEMM_PARALLEL_MIN_MACS:
-        lines.append(f"  #pragma omp parallel for collapse(3) if(nthreads > 1) num_threads(nthreads)")
+        lines.append("  #pragma omp parallel for collapse(3) if(nthreads > 1) num_threads(nthreads)")
     lines += [f"  for (int64_t n = 0; n < {n}; n++)",
               f"  for (int64_t g = 0; g < {c.groups}; g++)",
               "  for (int64_t t = 0; t < row_tiles; t++) {",
@@ -189,9 +192,9 @@ def _gather_planes(c: Conv) -> List[str]:
     position p's window at k, 0 in the padding."""
     _, _, h, w = c.x_size
     _, cg, kh, kw = c.w_size
-    _, _, oh, ow = c.out_size
+    ow = c.out_size[3]
     (sh, sw), (ph, pw), (dh, dw) = c.stride, c.padding, c.dilation
-    xn, xc, xh, xw = c.x_stride
+    _, xc, xh, xw = c.x_stride
     return [
         f"for (int64_t ci = 0; ci < {cg}; ci++) for (int64_t ki = 0; ki < {kh}; ki++) for (int64_t kj = 0; kj < {kw}; kj++) {{",
         f"  {_ctype(c)}* row = col + ((ci * {kh} + ki) * {kw} + kj) * tile;",
@@ -213,9 +216,9 @@ def _gather_pixels(c: Conv) -> List[str]:
     """Rows p of KG = (kh, kw, cg) each: whole pixels' channels (contiguous in a channels-last input)."""
     _, _, h, w = c.x_size
     _, cg, kh, kw = c.w_size
-    _, _, oh, ow = c.out_size
+    ow = c.out_size[3]
     (sh, sw), (ph, pw), (dh, dw) = c.stride, c.padding, c.dilation
-    xn, xc, xh, xw = c.x_stride
+    _, xc, xh, xw = c.x_stride
     kg = cg * kh * kw
     return [
         "for (int64_t y = oh0; y < oh1; y++) for (int64_t x = 0; x < " + str(ow) + "; x++) {",
@@ -245,7 +248,7 @@ def _end_inside(shift: str, pad: int, step: int, size: int, out: int) -> str:
 def _product(c: Conv, weight: str, ldw: int, routine: str, og: int, kg: int) -> List[str]:
     """The tile's product with group g's weight rows, into the output in its layout (column-major
     BLAS terms: see the comments of each case)."""
-    n_, o, oh, ow = c.out_size
+    _, o, oh, ow = c.out_size
     wg = f"{weight} + g * {og * ldw}"
     if c.channels_last:  # C(og x tile, ldc o) = W_g(og x kg) . cols(kg x tile)
         cout = f"{c.out} + n * {oh * ow * o} + oh0 * {ow * o} + g * {og}"
@@ -262,7 +265,7 @@ def _product(c: Conv, weight: str, ldw: int, routine: str, og: int, kg: int) -> 
 
 
 def _add_bias(c: Conv, og: int) -> List[str]:
-    n_, o, oh, ow = c.out_size
+    _, o, oh, ow = c.out_size
     b = f"{c.bias.buffer} + {c.bias.offset} + g * {og}"
     if c.channels_last:
         base = f"{c.out} + n * {oh * ow * o} + oh0 * {ow * o} + g * {og}"
