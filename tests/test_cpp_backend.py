@@ -19,6 +19,7 @@ import minidynamo
 import minidynamo.config
 from minidynamo.backends import lookup_backend
 from minidynamo.codegen import cpp_build as build
+from minidynamo.codegen import cpp_conv
 from minidynamo.codegen.cpp_gemm import Gemm
 from minidynamo.codegen.cpp_pipeline import compile_cpp_graph as compile_graph
 from minidynamo.codegen.ir import ExternNode, contiguous_strides as contiguous
@@ -209,11 +210,17 @@ REDUCTIONS.update({
     "layer_norm": lambda x, i: F.layer_norm(x, (8,), torch.linspace(0.5, 2, 8), torch.linspace(-1, 1, 8)),
     "layer_norm_2d": lambda x, i: F.layer_norm(x, (7, 8)),
     "norm": lambda x, i: torch.linalg.vector_norm(x, dim=-1),
+    "norm_dims_keepdim": lambda x, i: torch.linalg.vector_norm(x, dim=(0, 1), keepdim=True),
+    "norm_ord1": lambda x, i: torch.linalg.vector_norm(x, 1, dim=1),
+    "norm_ord_inf": lambda x, i: torch.linalg.vector_norm(x, float("inf")),
+    "norm_ord3": lambda x, i: torch.linalg.vector_norm(x, 3, dim=-1),
+    "group_norm": lambda x, i: F.group_norm(x.transpose(1, 2), 2, torch.linspace(0.5, 2, 8), torch.linspace(-1, 1, 8)),
+    "group_norm_no_affine": lambda x, i: F.group_norm(x, 7),
     "sum_dtype": lambda x, i: x.sum(-1, dtype=torch.float64),
 })
 
 
-REDUCTION_EXTERNS = ("aten.linalg_vector_norm.default",)  # no lowering
+REDUCTION_EXTERNS = ()  # vector norms and group norm run as their decompositions
 
 
 @pytest.fixture(scope="module")
@@ -610,7 +617,13 @@ def _conv_results(compiled):
             if e.fn is torch.ops.aten.convolution.default]
 
 
-def test_convolutions_run_channels_last_and_outputs_keep_eagers_layout():
+@pytest.fixture
+def onednn_convs(monkeypatch):
+    """Every convolution left to oneDNN, as the large ones are (small ones run in the generated code)."""
+    monkeypatch.setattr(cpp_conv, "GENERATED_MAX_MACS", 0)
+
+
+def test_convolutions_run_channels_last_and_outputs_keep_eagers_layout(onednn_convs):
     """oneDNN takes channels-last memory as it is (NCHW it reorders on every call): the
     convolutions' inputs, weights and results are channels-last, the kernels between them
     follow, and the graph's outputs still have eager's strides."""
@@ -626,7 +639,7 @@ def test_convolutions_run_channels_last_and_outputs_keep_eagers_layout():
     assert len(results) == 3 and all(b.stride[1] == 1 for b in results)
 
 
-def test_patch_embedding_convolution_then_tokens():
+def test_patch_embedding_convolution_then_tokens(onednn_convs):
     """A ViT patch embedding (strided convolution, flatten, transpose, linear) over the
     channels-last result: the transpose is a free view."""
     conv, proj = nn.Conv2d(3, 16, 4, stride=4), nn.Linear(16, 8)
@@ -642,7 +655,7 @@ def test_patch_embedding_convolution_then_tokens():
     assert result.stride == (256, 1, 64, 16)
 
 
-def test_convolutions_before_a_global_pooling_stay_nchw():
+def test_convolutions_before_a_global_pooling_stay_nchw(onednn_convs):
     net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
     x = torch.randn(2, 3, 10, 10)
     with torch.no_grad():

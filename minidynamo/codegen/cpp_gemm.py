@@ -39,6 +39,11 @@ class Gemm:
     packed_b: bool = False  # `b` is read from the prepacked contiguous copy of its transpose
 
 
+def blas_type(dtype: torch.dtype) -> Tuple[str, str]:
+    """(BLAS routine, C type) of a float dtype's matrix product."""
+    return _ROUTINES[dtype]
+
+
 @functools.lru_cache(maxsize=None)
 def blas_routines() -> Optional[Tuple[int, ...]]:
     """Addresses of torch's sgemm_, dgemm_ and MKL's thread-local thread count, or None where

@@ -11,7 +11,6 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
-from .cpp_gemm import Gemm
 from .cpp_tuning import PARALLEL_FOR, PARALLEL_MIN_WORK
 from .graph_lowering import ExternArg
 from .ir import Buffer, ExternNode, numel
@@ -198,9 +197,6 @@ class MaxPoolBackward(IndexedStep):
 
     def work(self, buffers: Dict[str, Buffer]) -> int:
         return numel(buffers[self.out].size) + numel(self.operands[0].size)
-
-
-NATIVE_STEPS = (Gemm, Cat, Embedding, Gather, IndexPutAccumulate, MaxPoolBackward)  # steps a kernel group runs besides kernels
 
 
 def use_indexed_steps(steps: Sequence[Step], buffers: Dict[str, Buffer]) -> List[Step]:

@@ -9,6 +9,7 @@ import torch
 import torch.fx
 
 from .cpp_build import load_library
+from .cpp_conv import Conv, generated_conv, use_convs
 from .cpp_gemm import Gemm, bind_blas, use_gemms
 from .cpp_indexed import use_indexed_steps
 from .errors import CannotCompile
@@ -24,21 +25,23 @@ from .sizes import hints_of
 def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor],
                       input_writes: bool = False) -> Union[CppGraph, "InputWriting"]:
     """`input_writes`: a graph changing its inputs in place is taken (see InputWriting)."""
-    lowering, steps = lower_and_schedule(gm, example_inputs, input_writes=input_writes)
+    lowering, steps = lower_and_schedule(gm, example_inputs, input_writes=input_writes,
+                                         generated_conv=None if input_writes else generated_conv)
     writes = lowering.gm.meta.get("input_writes")
     # buffers holding parameters (inputs or module constants): their layout may be prepacked
     parameters = {lowering.input_names[i] for i, t in enumerate(example_inputs)
                   if isinstance(t, torch.nn.Parameter)} | {
         n for n, t in lowering.constants.items() if isinstance(t, torch.nn.Parameter)}
     if lowering.size_vars is None and not writes:  # products with symbolic sizes stay torch calls
-        steps = use_indexed_steps(use_gemms(steps, lowering.buffers, parameters), lowering.buffers)
+        steps = use_indexed_steps(use_convs(use_gemms(steps, lowering.buffers, parameters), lowering.buffers),
+                                  lowering.buffers)
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []
     if not writes:
         with hints_of(lowering.size_vars):
             source, rendered, groups = render_cpp(steps, lowering.buffers, keep, symbols)
         lib = load_library(source) if rendered else None
-        if any(isinstance(s, Gemm) for s in steps):
+        if any(isinstance(s, (Gemm, Conv)) for s in steps):
             bind_blas(lib)
         return CppGraph(lowering, steps, lib, rendered, groups, source, gm.forward, parameters=parameters)
     specs = lowering.outputs[-len(writes):]

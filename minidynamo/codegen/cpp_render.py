@@ -14,8 +14,9 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 import torch
 
 from .cpp_build import UNIT_BREAK
+from .cpp_conv import Conv, render_conv
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
-from .cpp_indexed import NATIVE_STEPS, IndexedStep
+from .cpp_indexed import IndexedStep
 from .cpp_prelude import PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PARALLEL_FOR, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
@@ -507,6 +508,8 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
     return out
 
 
+# steps run by the generated code (the others are extern calls to torch)
+GENERATED = (Kernel, Gemm, Conv, IndexedStep)
 _GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
 
 
@@ -530,17 +533,17 @@ class KernelGroup:
     checked: Set[str] = field(default_factory=set)
 
 
-def group_kernels(steps: Sequence[Union[Step, Gemm]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+def group_kernels(steps: Sequence[Union[Step, Gemm, Conv]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
                   keep: Set[str], writeback: Dict[str, str]) -> List[KernelGroup]:
     runs: List[List[Kernel]] = []
     after_kernel = False
     for step in steps:
-        if isinstance(step, (Kernel,) + NATIVE_STEPS):
+        if isinstance(step, GENERATED):
             if after_kernel:
                 runs[-1].append(step)
             else:
                 runs.append([step])
-        after_kernel = isinstance(step, (Kernel,) + NATIVE_STEPS)
+        after_kernel = isinstance(step, GENERATED)
     readers: Dict[str, Set[int]] = {b: {-1} for b in keep}  # -1: an extern call or the caller
     for step in steps:
         if isinstance(step, ExternNode):
@@ -620,7 +623,7 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     return "\n".join(lines + ["  return 0;"] * bool(group.checked)) + "\n}\n"
 
 
-def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], keep: Set[str],
+def render_cpp(steps: Sequence[Union[Step, Gemm, Conv]], buffers: Dict[str, Buffer], keep: Set[str],
                symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None
                ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the
@@ -629,7 +632,8 @@ def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], k
     the end of their group (see KernelGroup)."""
     rendered = [CppRenderer(k, buffers, symbols).render() if isinstance(k, Kernel)
                 else CppKernel(k.name, *k.render(buffers)) if isinstance(k, IndexedStep)
-                else CppKernel(k.name, *render_gemm(k, buffers)) for k in steps if isinstance(k, (Kernel,) + NATIVE_STEPS)]
+                else CppKernel(k.name, *(render_gemm if isinstance(k, Gemm) else render_conv)(k, buffers))
+                for k in steps if isinstance(k, GENERATED)]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units
@@ -637,6 +641,6 @@ def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], k
              for g in groups]
     includes = "\n#include <cstring>\n#include <memory>\n" if any(g.writeback for g in groups) else ""
     head = PRELUDE + includes
-    if any(isinstance(k, Gemm) for k in steps):  # BLAS pointers declared in every unit, defined in one
+    if any(isinstance(k, (Gemm, Conv)) for k in steps):  # BLAS pointers declared in every unit, defined in one
         head, parts = head + blas_declarations(), parts + [blas_definitions()]
     return head + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups

@@ -8,6 +8,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .cpp_conv import Conv
 from .graph_lowering import ExternArg
 from .ir import Buffer, Expr, ExternNode, Index, Load, Op, UNARY_MATH, numel
 from .render import flat_inner, index_code, is_inner_var, varies_inner
@@ -68,6 +69,8 @@ def runs_serially(steps: Sequence, buffers: Dict[str, Buffer]) -> bool:
             if step.fn is torch.ops.aten.convolution.default and isinstance(step.args[1], ExternArg):
                 per_element = numel(step.args[1].size[1:])  # in-channels (per group) x window
             work += (numel(out.size) if out is not None else 0) * per_element
+        elif isinstance(step, Conv):  # a convolution in the generated code
+            work += step.macs
         elif hasattr(step, "work"):  # an indexed step in the generated code (cpp_indexed)
             work += step.work(buffers)
         else:  # a product in the generated code

@@ -112,7 +112,8 @@ def is_non_overlapping(size: Sequence[int], stride: Sequence[int]) -> bool:
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor],
-                 device_type: str = "cpu", size_vars: Optional[SizeVars] = None):
+                 device_type: str = "cpu", size_vars: Optional[SizeVars] = None,
+                 generated_conv: Optional[Callable[..., bool]] = None):
         self.gm = gm
         self.size_vars = size_vars  # None: every size is an int
         self.device_type = device_type  # tensors elsewhere become extern calls
@@ -127,7 +128,19 @@ class GraphLowering:
         self._cse: Dict[Any, str] = {}
         self._counter = 0
         self.relaid: set = set()  # buffers laid out otherwise than traced (channels-last convolutions)
-        self.convs_channels_last = device_type == "cpu" and convolutions_channels_last(gm)
+        self.generated_conv = generated_conv if size_vars is None else None
+        self.convs_channels_last = device_type == "cpu" and convolutions_channels_last(gm, self.onednn_conv)
+
+    def onednn_conv(self, node: torch.fx.Node) -> bool:
+        """A convolution left to torch's oneDNN: not one the generated code runs (as laid out)."""
+        if node.target is not torch.ops.aten.convolution.default:
+            return False
+        if self.generated_conv is None:
+            return True
+        x, w = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in node.args[:2])
+        out = node.meta.get("val")
+        return not (all(isinstance(t, torch.Tensor) for t in (x, w, out)) and self.generated_conv(
+            tuple(x.shape), tuple(w.shape), tuple(out.shape), out.dtype, node.args[6]))
 
     # -- buffers and nodes -------------------------------------------------------------------
 
@@ -259,7 +272,8 @@ class GraphLowering:
                     and is_dense(v.size, self.strides_of(meta)):
                 layouts[id(v)] = self.strides_of(meta)
         result_strides = None
-        if self.convs_channels_last and self.size_vars is None and _channels_last_conv(node):
+        if self.convs_channels_last and self.size_vars is None and _channels_last_conv(node) \
+                and self.onednn_conv(node):
             for n in node.args[:2]:
                 layouts[id(self.env[n])] = channels_last_strides(self.env[n].size)
             result_strides = channels_last_strides(tuple(node.meta["val"].shape))
@@ -564,11 +578,10 @@ def _channels_last_conv(node: torch.fx.Node) -> bool:
     return all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.dtype == torch.float32 for t in (x, w))
 
 
-def convolutions_channels_last(gm: torch.fx.GraphModule) -> bool:
-    """Whether a graph's convolutions run channels-last: all of them or none, since a change of
-    layout between kernels costs a strided pass; none where one feeds a global pooling."""
-    return not any(_pooled_over_space(n) for n in gm.graph.nodes
-                   if n.target is torch.ops.aten.convolution.default)
+def convolutions_channels_last(gm: torch.fx.GraphModule, onednn_conv: Callable[[torch.fx.Node], bool]) -> bool:
+    """Whether a graph's oneDNN convolutions run channels-last: all of them or none, since a change
+    of layout between kernels costs a strided pass; none where one feeds a global pooling."""
+    return not any(_pooled_over_space(n) for n in gm.graph.nodes if onednn_conv(n))
 
 
 _SPATIAL_REDUCTIONS = frozenset((torch.ops.aten.sum.dim_IntList, torch.ops.aten.amax.default, torch.ops.aten.amin.default,

@@ -509,6 +509,26 @@ register(prims.broadcast_in_dim)(_view_with(_lazy_broadcast_in_dim))
 register(aten.unsqueeze, aten.squeeze)(_view_with(_lazy_other))
 
 
+@register(aten.as_strided)
+def _as_strided(L, node, x, size, stride, storage_offset=None):
+    """as_strided of a computed value whose traced tensor is its whole storage (group norm's
+    decomposition reshapes its statistics so): index math where it only adds or drops size-1
+    dims, else a strided view of the value stored with its traced layout. Others address memory
+    as traced: a torch call."""
+    src = meta(node.args[0])
+    if isinstance(x, Strided) or L.size_vars is not None or not L._covers_storage(src):
+        raise CannotLower("as_strided of a value in memory or of part of a storage")
+    traced = tuple(src.stride())
+    offset = 0 if storage_offset is None else storage_offset
+    if offset == 0 and [(n, st) for n, st in zip(src.shape, traced) if n != 1] == \
+            [(n, st) for n, st in zip(size, stride) if n != 1]:
+        return _nonone_remap(x, out_size(node))
+    stored = L.realize(x, traced)
+    if stored.offset or any(a != b and n != 1 for a, b, n in zip(stored.stride, traced, stored.size)):
+        raise CannotLower("as_strided of a value stored in another layout")
+    return _meta_view(L, stored, node, (size, stride, storage_offset), {})
+
+
 @register(aten.split_with_sizes.default, aten.split.Tensor)
 def _split(L, node, x, sizes, dim=0):
     """Chunks along `dim` as views of `x` in memory, not an extern call. (Remapped lazy chunks

@@ -1,7 +1,7 @@
 """The steps both pipelines share: re-trace the graph, lower it to the loop IR, schedule kernels."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
@@ -22,14 +22,17 @@ def symbolic_shape_env(example_inputs: Sequence[Any]) -> Optional[Any]:
 
 
 def lower_and_schedule(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                       device_type: str = "cpu", input_writes: bool = False
-                       ) -> Tuple[GraphLowering, List[Step]]:
+                       device_type: str = "cpu", input_writes: bool = False,
+                       generated_conv: Optional[Callable[..., bool]] = None) -> Tuple[GraphLowering, List[Step]]:
+    """`generated_conv(x_size, w_size, out_size, dtype, transposed)`: whether the code generator
+    runs such a convolution itself (so it needs no layout chosen for oneDNN)."""
     shape_env = symbolic_shape_env(example_inputs)
     size_vars = SizeVars(shape_env) if shape_env is not None else None
     guards = len(shape_env.guards) if shape_env is not None else 0
     with hints_of(size_vars):
         traced, inputs = trace(gm, example_inputs, input_writes)
-        lowering = GraphLowering(traced, inputs, device_type=device_type, size_vars=size_vars)
+        lowering = GraphLowering(traced, inputs, device_type=device_type, size_vars=size_vars,
+                                 generated_conv=generated_conv)
         lowering.run()
         if shape_env is not None:
             # dynamo's guards are final: code assuming more about the sizes would be wrong for others

@@ -25,7 +25,7 @@ aten = torch.ops.aten
 @functools.lru_cache(maxsize=None)
 def decompositions() -> Dict:
     """Core ATen, plus composite ops we prefer as their parts so they fuse with their neighbours
-    (softmax, layer_norm, batch_norm, gelu, variance) and linear layers whose bias becomes an epilogue."""
+    (softmax, layer_norm, batch_norm, group_norm, norms, gelu, variance) and linear layers whose bias becomes an epilogue."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([
         aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.gelu, aten.mean, aten.var,
@@ -33,7 +33,7 @@ def decompositions() -> Dict:
         aten.elu, aten.softplus, aten.logsumexp, aten.silu, aten.hardsigmoid, aten.hardswish,
         aten.mish, aten.addcmul, aten.addcdiv, aten.lerp, aten.native_batch_norm,
         aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit_functional,
-        aten._native_batch_norm_legit,
+        aten._native_batch_norm_legit, aten.native_group_norm, aten.linalg_vector_norm,
     ]))
     # torch's decomposition of CPU flash attention returns the attention weights where the op
     # returns the logsumexp, which the backward reads; it is also ~10x slower than the kernel.
