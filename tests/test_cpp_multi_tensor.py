@@ -76,10 +76,15 @@ def _loops(source: str) -> int:
     return len(re.findall(r"for \(int64_t [pr]\w* = 0;", source))  # not the loop over a table
 
 
-@pytest.mark.parametrize("kind,foreach", [k for k in KINDS if not k[1]], ids=[i for i in IDS if "single" in i])
+@pytest.mark.parametrize("kind,foreach", KINDS, ids=IDS)
 def test_multi_tensor_update_equals_eager_with_one_loop_per_update_class(kind, foreach):
     graphs = _run(kind, foreach)
     assert any(_loops(g.source) for g in graphs)
+    if foreach and kind != "sgd":
+        # foreach Adam(W) decomposes to the same updates, but its last loop per parameter reads
+        # values earlier loops of the kernel wrote to memory: only the others are shared so far
+        assert all(g.source.count(HELPER) >= 2 for g in graphs if _loops(g.source))
+        return
     for g in graphs:
         # 8 parameters, 6 float32 and 2 float64 (weights and biases update alike): each loop is a
         # function written once per class (a dtype, and for SGD momentum and update), never per
