@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 _NAME = re.compile(r"\b[A-Za-z_]\w*\b")
@@ -25,9 +25,7 @@ class _Unit:
     names: Set[str]
     defines: Optional[Tuple[str, str]] = None  # (C type, local) of a scalar definition
     bound: Optional[int] = None  # the length of a simple pointwise loop over r0
-
-    def stores(self) -> Set[str]:
-        return {m.group(1) for m in map(_STORE.match, self.lines) if m}
+    stored: Set[str] = field(default_factory=set)  # names stored to with name[...] =
 
 
 def _units(lines: Sequence[str]) -> List[_Unit]:
@@ -52,6 +50,7 @@ def _units(lines: Sequence[str]) -> List[_Unit]:
         if len(u.lines) == 1 and d:
             u.defines = (d.group(1), d.group(2))
         u.bound = _simple_loop_bound(u.lines)
+        u.stored = {m.group(1) for m in map(_STORE.match, u.lines) if m}
     return units
 
 
@@ -76,44 +75,62 @@ class _Member:
     text: str  # the code with canonical names
 
 
-def _member(loop: int, units: List[_Unit], buffers: Set[str], defined_at: Dict[str, int],
-            users: Dict[str, Set[int]]) -> Optional[_Member]:
+@dataclass
+class _Body:
+    """A kernel body's units with who names what: name -> units naming it, buffer -> units
+    storing to it, local -> the unit defining it."""
+
+    units: List[_Unit]
+    refs: Dict[str, Set[int]]
+    writers: Dict[str, Set[int]]
+    defined_at: Dict[str, int]
+
+    @classmethod
+    def of(cls, lines: Sequence[str]) -> "_Body":
+        units = _units(lines)
+        refs: Dict[str, Set[int]] = collections.defaultdict(set)
+        writers: Dict[str, Set[int]] = collections.defaultdict(set)
+        for i, u in enumerate(units):
+            for name in u.names:
+                refs[name].add(i)
+            for name in u.stored:
+                writers[name].add(i)
+        return cls(units, refs, writers, {u.defines[1]: i for i, u in enumerate(units) if u.defines})
+
+
+def _member(loop: int, body: _Body, buffers: Set[str]) -> Optional[_Member]:
     """The loop with the scalar definitions read only by it (and by each other), when none of its
     buffers is written or read elsewhere in a way that moving it to a later place would change."""
-    taken = {loop}
-    changed = True
-    while changed:
-        changed = False
-        for i in sorted(taken):
-            for name in units[i].names:
-                d = defined_at.get(name)
-                if d is not None and d not in taken and users[name] <= taken:
-                    taken.add(d)
-                    changed = True
+    units, defined_at = body.units, body.defined_at
+    taken, todo = {loop}, [loop]
+    while todo:
+        for name in units[todo.pop()].names:
+            d = defined_at.get(name)
+            if d is not None and d not in taken and body.refs[name] - {d} <= taken:
+                taken.add(d)
+                todo.append(d)
     order = sorted(taken)
-    stores = set().union(*(units[i].stores() for i in order))
-    touched = set().union(*(units[i].names for i in order)) & buffers
-    for i, u in enumerate(units):
-        if i not in taken and (u.stores() & touched or u.names & stores
-                               or u.names & touched and "md_stream16" in u.names):
-            return None
-    locals_ = {units[i].defines[1] for i in order if units[i].defines} | {
-        m.group(2) for i in order for m in map(_DEFINITION.match, units[i].lines) if m}
-    free = [n for n in _ordered_names(units, order) if n in defined_at and n not in locals_]
     names = set().union(*(units[i].names for i in order))
+    stores = set().union(*(units[i].stored for i in order))
+    touched = names & buffers
+    if any(not body.writers[b] <= taken for b in touched) or any(not body.refs[b] <= taken for b in stores) \
+            or any("md_stream16" in units[j].names for b in touched for j in body.refs[b] - taken):
+        return None
+    locals_ = {m.group(2) for i in order for m in map(_DEFINITION.match, units[i].lines) if m}
+    free = [n for n in _ordered_names(units, order) if n in defined_at and n not in locals_]
     if any(n.startswith("tmp") and n not in defined_at and n not in locals_ for n in names) \
-            or any(_assigned_again(n, units, defined_at[n]) for n in free):
+            or any(_assigned_again(n, body) for n in free):
         return None
     return _Member(loop, order, [n for n in _ordered_names(units, order) if n in buffers], free,
                    _canonical(units, order, buffers, locals_, free))
 
 
-def _assigned_again(name: str, units: List[_Unit], definition: int) -> bool:
+def _assigned_again(name: str, body: _Body) -> bool:
     """A local given a new value after its definition (an accumulator): its value at a later
     place could differ."""
     pattern = re.compile(rf"\b{name}\s*(\[[^]]*\])?\s*[-+*/|&^]?=(?!=)")
-    return any(pattern.search(line) for i, u in enumerate(units) if i != definition and name in u.names
-               for line in u.lines)
+    return any(pattern.search(line) for i in body.refs[name] - {body.defined_at[name]}
+               for line in body.units[i].lines)
 
 
 def _ordered_names(units: List[_Unit], order: List[int]) -> List[str]:
@@ -136,23 +153,17 @@ def multi_tensor_loops(lines: List[str], kernel: str, buffer_types: Dict[str, st
     """`lines` (the body of scalar-outer kernel `kernel`) with each class of at least MIN_MEMBERS
     equal loops replaced by one call per member of a helper function written once, at the place
     of the class's last loop; and the helpers' source. `buffer_types`: C type per buffer."""
-    units = _units(lines)
-    defined_at = {u.defines[1]: i for i, u in enumerate(units) if u.defines}
-    users: Dict[str, Set[int]] = collections.defaultdict(set)
-    for i, u in enumerate(units):
-        for name in u.names:
-            if name in defined_at and defined_at[name] != i:
-                users[name].add(i)
-    buffers = set(buffer_types)
+    body = _Body.of(lines)
+    units, buffers = body.units, set(buffer_types)
     classes: Dict[Tuple, List[_Member]] = collections.defaultdict(list)
     for i, u in enumerate(units):
         if u.bound is None:
             continue
-        m = _member(i, units, buffers, defined_at, users)
+        m = _member(i, body, buffers)
         if m is None:
             continue
         key = (m.text, tuple((buffer_types[b], b in stored) for b in m.buffers),
-               tuple(units[defined_at[s]].defines[0] for s in m.free))
+               tuple(units[body.defined_at[s]].defines[0] for s in m.free))
         classes[key].append(m)
     replaced: Dict[int, List[str]] = {}
     helpers: List[str] = []

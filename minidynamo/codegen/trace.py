@@ -213,6 +213,8 @@ def _with_stand_ins(gm: torch.fx.GraphModule, stand_ins: Dict, copy_values: bool
         if node.op in ("get_attr", "call_module"):
             value = fetch_attr(gm, node.target)
             root[node.target] = stand_in_module(value) if isinstance(value, torch.nn.Module) else stand_in(value)
+    if not root:  # nothing to stand in for (aot_autograd's graphs take every tensor as an input)
+        return gm
     return torch.fx.GraphModule(root, copy.deepcopy(gm.graph))
 
 
