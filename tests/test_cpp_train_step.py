@@ -79,6 +79,28 @@ def test_whole_train_step_equals_eager(kind):
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
 
 
+def test_backward_compiled_inside_a_compiled_step_converts_no_graph_code():
+    """The backward graph compiles lazily in the first backward(), here inside the compiled step
+    with the frame hook on: the code generator's re-trace of that graph must not be converted by
+    the hook as a new frame (it was: the backward was traced by the hook and compiled twice)."""
+    from minidynamo import convert_frame
+
+    model, opt = _setup("sgd", True)
+    converted = []
+    convert_frame.compile_listeners.append(lambda record: converted.append(record.code))
+    try:
+        def step(x):
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        minidynamo.optimize("cpp")(step)(torch.randn(5, 4))
+    finally:
+        convert_frame.compile_listeners.pop()
+    names = [c.co_filename for c in converted]
+    assert converted and not [n for n in names if n.startswith("<eval_with_key")], names
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
+
+
 def test_no_grad_graph_writing_inputs_that_share_memory_runs_eagerly():
     base = torch.randn(2, 3)
     expected = base.clone()

@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import config
 from ..counters import record_fallback
+from ..frame_hook import disabled
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,10 @@ class CodegenBackend:
             gm.recompile()
 
         def boxed(role: str) -> Callable:
+            # The backward compiles lazily, in the first backward(): when that runs inside a
+            # compiled frame (a whole train step) the frame hook is on, and would convert the
+            # graph's own code again while the code generator re-traces it.
+            @disabled
             def compile_part(g: torch.fx.GraphModule, inputs: List[torch.Tensor]) -> Callable:
                 compiled = self.compile_inference(g, inputs)
                 if hasattr(compiled, "times"):  # named in profiles

@@ -17,7 +17,8 @@ from .cpp_build import UNIT_BREAK
 from .cpp_conv import Conv, render_conv
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
 from .cpp_indexed import IndexedStep
-from .cpp_prelude import PRELUDE
+from .cpp_multi_tensor import multi_tensor_loops, share_equal_kernels, shared_kernel_source
+from .cpp_prelude import OWNED_MEMORY, PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PARALLEL_FOR, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
 from .render import KernelRenderer, Scope, flat_inner, index_code, is_inner_var
@@ -171,7 +172,10 @@ class CppRenderer(KernelRenderer):
         parallel = runs_in_parallel(k)
         self.parallel_rows = parallel and not k.outer
         self.render_stages()
-        body = self.outer.lines
+        body, helpers = self.outer.lines, []
+        if not k.outer and not self.symbols:
+            body, helpers = multi_tensor_loops(
+                body, k.name, {b: CTYPES[self.buffers[b].dtype] for b in self.reads | k.stored}, k.stored)
         n = len(k.outer)
         blocked = self._prefetched_loop(body, parallel) if n == 1 and not has_loops else None
         if blocked is not None:
@@ -197,7 +201,7 @@ class CppRenderer(KernelRenderer):
             qual = "" if a in k.stored else "const "
             params.append(f"{qual}{CTYPES[self.buffers[a].dtype]}* __restrict__ {a}")
         params += [f"int64_t {s}" for s in self.symbols] + ["int nthreads"]
-        src = f'static void {k.name}({", ".join(params)}) {{\n'
+        src = "".join(helpers) + f'static void {k.name}({", ".join(params)}) {{\n'
         src += "\n".join("  " + line for line in body) + "\n}\n"
         return CppKernel(k.name, src, args)
 
@@ -600,8 +604,8 @@ def _plan_scratch(run: Sequence, names: List[str], rendered: Dict[str, CppKernel
     return offsets, max((p[1] for p in placed), default=0)
 
 
-def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
-                  buffers: Dict[str, Buffer], symbols: Sequence[str]) -> str:
+def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+                  symbols: Sequence[str], shared: Dict[str, Tuple[str, List[str]]]) -> str:
     written = set(group.stored) | set(group.writeback.values())
     params = [f"{'' if b in written else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
               for b in group.args] + (["char* md_scratch"] if group.scratch else []) + [
@@ -612,15 +616,37 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
     for b in group.writeback:
         ctype, n = CTYPES[buffers[b].dtype], buffers[b].span_bytes() // buffers[b].dtype.itemsize
-        lines.append(f"  std::unique_ptr<{ctype}[]> {b}_own(new {ctype}[{n}]); {ctype}* {b} = {b}_own.get();")
+        lines.append(f"  md_owned {b}_own({n * buffers[b].dtype.itemsize}); {ctype}* {b} = static_cast<{ctype}*>({b}_own.p);")
     for b, offset in group.scratch.items():
         lines.append(f"  {CTYPES[buffers[b].dtype]}* {b} = ({CTYPES[buffers[b].dtype]}*)(md_scratch + {offset});")
     for name in group.kernels:
-        call = f"{name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])})"
+        callee, args = shared.get(name, (name, rendered[name].args))
+        call = f"{callee}({', '.join(_call_args(args, symbols))})"
         lines.append(f"  if ({call}) return 1;" if name in group.checked else f"  {call};")
     for b, x in group.writeback.items():
-        lines.append(f"  std::memcpy({x}, {b}, {buffers[b].span_bytes()});")
+        lines.append(f"  __builtin_memcpy({x}, {b}, {buffers[b].span_bytes()});")
     return "\n".join(lines + ["  return 0;"] * bool(group.checked)) + "\n}\n"
+
+
+def _call_args(args: List[str], symbols: Sequence[str]) -> List[str]:
+    """A kernel call's arguments: buffers, then the size symbols, a shared kernel's length and
+    nthreads (the length is the last of `args` past the buffers, see share_equal_kernels)."""
+    buffers = [a for a in args if not a.isdigit()]
+    return buffers + list(symbols) + [a for a in args if a.isdigit()] + ["nthreads"]
+
+
+def _group_part(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+                symbols: Sequence[str]) -> str:
+    """A group's kernels and its exported function; kernels equal up to their buffers and length
+    are written once (share_equal_kernels)."""
+    shared = share_equal_kernels([(k, rendered[k].source, rendered[k].args) for k in group.kernels])
+    sources = []
+    for k in group.kernels:
+        callee, args = shared.get(k, (k, rendered[k].args))
+        if callee == k:
+            sources.append(shared_kernel_source(rendered[k].source, len(args) > len(rendered[k].args))
+                           if k in shared else rendered[k].source)
+    return "\n".join(sources + [_group_source(group, rendered, buffers, symbols, shared)])
 
 
 def render_cpp(steps: Sequence[Union[Step, Gemm, Conv]], buffers: Dict[str, Buffer], keep: Set[str],
@@ -637,10 +663,8 @@ def render_cpp(steps: Sequence[Union[Step, Gemm, Conv]], buffers: Dict[str, Buff
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units
-    parts = ["\n".join([by_name[k].source for k in g.kernels] + [_group_source(g, by_name, buffers, symbols)])
-             for g in groups]
-    includes = "\n#include <cstring>\n#include <memory>\n" if any(g.writeback for g in groups) else ""
-    head = PRELUDE + includes
+    parts = [_group_part(g, by_name, buffers, symbols) for g in groups]
+    head = PRELUDE + (OWNED_MEMORY if any(g.writeback for g in groups) else "")
     if any(isinstance(k, (Gemm, Conv)) for k in steps):  # BLAS pointers declared in every unit, defined in one
         head, parts = head + blas_declarations(), parts + [blas_definitions()]
     return head + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups

@@ -35,10 +35,46 @@ def decompositions() -> Dict:
         aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit_functional,
         aten._native_batch_norm_legit, aten.native_group_norm, aten.linalg_vector_norm,
     ]))
+    table.update(_foreach_decompositions())
     # torch's decomposition of CPU flash attention returns the attention weights where the op
     # returns the logsumexp, which the backward reads; it is also ~10x slower than the kernel.
     del table[aten._scaled_dot_product_flash_attention_for_cpu.default]
     return table
+
+
+# foreach ops that are not their op applied to each tensor (a norm, copies, reductions)
+_FOREACH_KEPT = {"norm", "copy", "zero", "max", "mm"}
+
+
+def _foreach_decompositions() -> Dict:
+    """Each functional aten._foreach_<op> overload as <op> applied tensor by tensor, so an optimizer's
+    foreach step lowers to the same per-parameter loops as its single-tensor step (and shares them
+    as multi-tensor code). Overloads with a tensor of per-tensor scalars are kept."""
+    table = {}
+    for schema in torch._C._jit_get_all_schemas():
+        name = schema.name.split("::")[-1]
+        if not schema.name.startswith("aten::_foreach_") or name.endswith("_"):
+            continue
+        op_name = name[len("_foreach_"):]
+        if op_name in _FOREACH_KEPT or not hasattr(aten, op_name) \
+                or any(a.name == "scalars" and str(a.type) == "Tensor" for a in schema.arguments):
+            continue
+        overload = getattr(getattr(aten, name), schema.overload_name or "default", None)
+        if overload is not None:
+            op = getattr(aten, op_name)
+            keyword_only = {a.name for o in op.overloads() for a in getattr(op, o)._schema.arguments if a.kwarg_only}
+            # positional in the foreach op, keyword-only in the op (addcmul's value)
+            as_keywords = [(k, a.name) for k, a in enumerate(schema.arguments) if a.name in keyword_only and not a.kwarg_only]
+            table[overload] = functools.partial(_per_tensor, op, as_keywords)
+    return table
+
+
+def _per_tensor(op: Any, as_keywords: List[Tuple[int, str]], *args: Any, **kwargs: Any) -> List[torch.Tensor]:
+    kwargs = dict(kwargs, **{name: args[k] for k, name in as_keywords if k < len(args)})
+    args = [a for k, a in enumerate(args) if all(k != j for j, _ in as_keywords)]
+    n = len(next(a for a in args if isinstance(a, (list, tuple))))
+    pick = lambda a, i: a[i] if isinstance(a, (list, tuple)) else a  # noqa: E731
+    return [op(*(pick(a, i) for a in args), **{k: pick(v, i) for k, v in kwargs.items()}) for i in range(n)]
 
 
 def _hint(v: Any) -> Any:
@@ -177,6 +213,8 @@ def _with_stand_ins(gm: torch.fx.GraphModule, stand_ins: Dict, copy_values: bool
         if node.op in ("get_attr", "call_module"):
             value = fetch_attr(gm, node.target)
             root[node.target] = stand_in_module(value) if isinstance(value, torch.nn.Module) else stand_in(value)
+    if not root:  # nothing to stand in for (aot_autograd's graphs take every tensor as an input)
+        return gm
     return torch.fx.GraphModule(root, copy.deepcopy(gm.graph))
 
 
