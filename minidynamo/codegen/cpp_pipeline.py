@@ -29,7 +29,7 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
     parameters = {lowering.input_names[i] for i, t in enumerate(example_inputs)
                   if isinstance(t, torch.nn.Parameter)} | {
         n for n, t in lowering.constants.items() if isinstance(t, torch.nn.Parameter)}
-    if lowering.size_vars is None and not writes:  # products with symbolic sizes stay torch calls
+    if not writes:
         steps = use_gemms(steps, lowering.buffers, parameters)
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []

@@ -623,7 +623,7 @@ def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], k
     `writeback`: new values (buffers only the kernels read) -> the inputs they are copied into at
     the end of their group (see KernelGroup)."""
     rendered = [CppRenderer(k, buffers, symbols).render() if isinstance(k, Kernel)
-                else CppKernel(k.name, *render_gemm(k, buffers)) for k in steps if isinstance(k, (Kernel, Gemm))]
+                else CppKernel(k.name, *render_gemm(k, buffers, symbols)) for k in steps if isinstance(k, (Kernel, Gemm))]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units

@@ -268,10 +268,10 @@ class CppGraph(CompiledGraph):
                 parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: gemm k={k.a.size[-1]}]")
                 continue
             kinds = collections.Counter(kn.node.kind if kn.is_reduction else "pw" for kn in k.knodes())
-            inner = {tuple(st.inner) for st in k.stages if st.inner}
+            inner = {"x".join(map(str, st.inner)) for st in k.stages if st.inner}
             shape = "x".join(map(str, k.outer)) or "1"
             if inner:
-                shape += " * " + ",".join("x".join(map(str, i)) for i in sorted(inner))
+                shape += " * " + ",".join(sorted(inner))  # as text: symbolic sizes do not compare
             parts.append(f"[{shape}: {' '.join(f'{n} {c}' for c, n in sorted(kinds.items()))}]")
         return f"{group.name} " + " ".join(parts)
 
