@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import torch
 
 from .graph_lowering import ExternArg
-from .ir import Buffer, ExternNode, contiguous_strides, loads
+from .ir import Buffer, ExternNode, contiguous_strides, loads, numel
 from .scheduler import Step
 from .sizes import any_symbolic
 
@@ -38,6 +38,9 @@ class Gemm:
     dtype: torch.dtype
     stored: Set[str] = field(default_factory=set)
     packed_b: bool = False  # `b` is read from the prepacked contiguous copy of its transpose
+
+    def work(self, buffers: Dict[str, Buffer]) -> int:
+        return numel(buffers[self.out].size) * self.a.size[-1]
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,6 +9,7 @@ import torch
 import torch.fx
 
 from .cpp_build import load_library
+from .cpp_copy import use_copies
 from .cpp_gemm import Gemm, bind_blas, use_gemms
 from .errors import CannotCompile
 from .cpp_render import render_cpp
@@ -30,7 +31,7 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
                   if isinstance(t, torch.nn.Parameter)} | {
         n for n, t in lowering.constants.items() if isinstance(t, torch.nn.Parameter)}
     if not writes:
-        steps = use_gemms(steps, lowering.buffers, parameters)
+        steps = use_copies(use_gemms(steps, lowering.buffers, parameters), lowering.buffers)
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []
     if not writes:

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 import torch
 
 from .cpp_build import UNIT_BREAK
+from .cpp_copy import Copy, render_copy
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
 from .cpp_prelude import PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PARALLEL_FOR, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
@@ -506,6 +507,7 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
     return out
 
 
+C_STEPS = (Kernel, Gemm, Copy)  # the steps run in the generated C++ (the others are torch calls)
 _GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
 
 
@@ -527,17 +529,17 @@ class KernelGroup:
     scratch_bytes: int = 0  # one block the wrapper allocates per call, shared by liveness
 
 
-def group_kernels(steps: Sequence[Union[Step, Gemm]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+def group_kernels(steps: Sequence[Union[Step, Gemm, Copy]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
                   keep: Set[str], writeback: Dict[str, str]) -> List[KernelGroup]:
     runs: List[List[Kernel]] = []
     after_kernel = False
     for step in steps:
-        if isinstance(step, (Kernel, Gemm)):
+        if isinstance(step, C_STEPS):
             if after_kernel:
                 runs[-1].append(step)
             else:
                 runs.append([step])
-        after_kernel = isinstance(step, (Kernel, Gemm))
+        after_kernel = isinstance(step, C_STEPS)
     readers: Dict[str, Set[int]] = {b: {-1} for b in keep}  # -1: an extern call or the caller
     for step in steps:
         if isinstance(step, ExternNode):
@@ -615,15 +617,22 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     return "\n".join(lines) + "\n}\n"
 
 
-def render_cpp(steps: Sequence[Union[Step, Gemm]], buffers: Dict[str, Buffer], keep: Set[str],
+def _render_step(k: Union[Kernel, Gemm, Copy], buffers: Dict[str, Buffer], symbols: Sequence[str]) -> CppKernel:
+    if isinstance(k, Kernel):
+        return CppRenderer(k, buffers, symbols).render()
+    if isinstance(k, Gemm):
+        return CppKernel(k.name, *render_gemm(k, buffers, symbols))
+    return CppKernel(k.name, *render_copy(k, buffers, CTYPES[k.dtype], symbols))
+
+
+def render_cpp(steps: Sequence[Union[Step, Gemm, Copy]], buffers: Dict[str, Buffer], keep: Set[str],
                symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None
                ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the
     kernels and the groups; every kernel and group takes the size `symbols` as int64 arguments.
     `writeback`: new values (buffers only the kernels read) -> the inputs they are copied into at
     the end of their group (see KernelGroup)."""
-    rendered = [CppRenderer(k, buffers, symbols).render() if isinstance(k, Kernel)
-                else CppKernel(k.name, *render_gemm(k, buffers, symbols)) for k in steps if isinstance(k, (Kernel, Gemm))]
+    rendered = [_render_step(k, buffers, symbols) for k in steps if isinstance(k, C_STEPS)]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units

@@ -68,8 +68,8 @@ def runs_serially(steps: Sequence, buffers: Dict[str, Buffer]) -> bool:
             if step.fn is torch.ops.aten.convolution.default and isinstance(step.args[1], ExternArg):
                 per_element = numel(step.args[1].size[1:])  # in-channels (per group) x window
             work += (numel(out.size) if out is not None else 0) * per_element
-        else:  # a product in the generated code
-            work += numel(buffers[step.out].size) * step.a.size[-1]
+        else:  # a product or a copy in the generated code
+            work += step.work(buffers)
     return work < SERIAL_GRAPH_MAX_WORK
 
 

@@ -16,7 +16,8 @@ from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import perf
 from .cpp_gemm import Gemm, prepackable
-from .cpp_render import CppKernel, KernelGroup
+from .cpp_copy import Copy
+from .cpp_render import C_STEPS, CppKernel, KernelGroup
 from .cpp_tuning import runs_serially
 from .errors import CannotCompile
 from .graph_lowering import ExternArg, GraphLowering
@@ -205,12 +206,12 @@ class CppGraph(CompiledGraph):
         if self.serial:
             names.globals.update(_serial=_enter_serial, _restore=_OMP.omp_set_num_threads)
             inputs += ["    _prev = _serial()", "    nt = 1"]
-        elif any(isinstance(s, (Kernel, Gemm)) for s in self.steps):
+        elif any(isinstance(s, C_STEPS) for s in self.steps):
             inputs.append("    nt = _nthreads()")
         segments = [("wrapper", "inputs", inputs)]
         group_of = {k: grp for grp in self.groups for k in grp.kernels}
         for step in self.steps:
-            if not isinstance(step, (Kernel, Gemm)):
+            if not isinstance(step, C_STEPS):
                 segments.append(("extern", _op_name(step.fn), self._extern_lines(step, names)))
             elif step.name == group_of[step.name].kernels[0]:
                 group = group_of[step.name]
@@ -260,12 +261,15 @@ class CppGraph(CompiledGraph):
 
     def _describe(self, group: KernelGroup) -> str:
         """A kernel group as its kernels' iteration spaces and what each computes."""
-        by_name = {s.name: s for s in self.steps if isinstance(s, (Kernel, Gemm))}
+        by_name = {s.name: s for s in self.steps if isinstance(s, C_STEPS)}
         parts = []
         for name in group.kernels:
             k = by_name[name]
             if isinstance(k, Gemm):
                 parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: gemm k={k.a.size[-1]}]")
+                continue
+            if isinstance(k, Copy):
+                parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: cat of {len(k.sources)}]")
                 continue
             kinds = collections.Counter(kn.node.kind if kn.is_reduction else "pw" for kn in k.knodes())
             inner = {"x".join(map(str, st.inner)) for st in k.stages if st.inner}
