@@ -5,8 +5,9 @@ import pytest
 import torch
 
 import minidynamo
-from minidynamo.codegen.cpp_copy import Copy
-from minidynamo.codegen.ir import ExternNode
+from minidynamo.codegen.cpp_copy import Copy, Gather, use_copies
+from minidynamo.codegen.graph_lowering import ExternArg
+from minidynamo.codegen.ir import Buffer, ExternNode
 from minidynamo.codegen.sizes import is_symbolic
 from minidynamo.counters import fallbacks
 from test_cpp_backend import assert_close
@@ -88,3 +89,61 @@ def test_promoting_and_legacy_empty_concatenations_stay_torch_calls():
     graph, = backend.compiled
     copies, externs = _steps(graph)
     assert not copies and externs.count(cat) == 1  # the promoting one; torch's legacy rule drops `e`
+
+
+def gathers(w, ids, x, rows):
+    return torch.nn.functional.embedding(ids, w) * 2, x[rows] + 1, x.t()[rows[:2]]
+
+
+def _gather_inputs(n):
+    g = torch.Generator().manual_seed(n)
+    ids = torch.randint(0, 10, (2, n), generator=g)
+    rows = torch.tensor([3, -1, 0, n % 4], dtype=torch.int64)
+    return torch.randn(10, 6, generator=g), ids, torch.randn(4, 5, generator=g), rows
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_embeddings_and_row_gathers_are_generated_code(dynamic):
+    backend = _check(gathers, _gather_inputs, range(2, 7) if dynamic else [3], dynamic=dynamic)
+    graph = (_symbolic_graphs(backend) if dynamic else backend.compiled)[0]
+    assert sum(isinstance(s, Gather) for s in graph.steps) == 3
+    assert not [s for s in graph.steps if isinstance(s, ExternNode)]
+
+
+def test_gather_index_out_of_range_raises_as_eager():
+    compiled = minidynamo.optimize(Counting())(gathers)
+    w, ids, x, rows = _gather_inputs(3)
+    with torch.no_grad():
+        compiled(w, ids, x, rows)
+        for bad in ((w, ids.clone().fill_(10), x, rows), (w, ids, x, torch.tensor([0, 4, 1, 2])),
+                    (w, ids, x, torch.tensor([0, -5, 1, 2]))):
+            with pytest.raises(IndexError) as want:
+                gathers(*bad)
+            with pytest.raises(IndexError, match=str(want.value)[:20]):
+                compiled(*bad)
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
+
+
+def test_boolean_masks_are_not_gathers():
+    """x[mask] selects (nonzero), not rows by number: it stays torch's call; an int64 index is a Gather."""
+    def node(index_dtype):
+        buffers = {"x": Buffer("x", (4, 3), (3, 1), torch.float32), "i": Buffer("i", (4,), (1,), index_dtype),
+                   "o": Buffer("o", (4, 3), (3, 1), torch.float32)}
+        step = ExternNode(("o",), torch.ops.aten.index.Tensor,
+                          (ExternArg("x", (4, 3), (3, 1), 0), [ExternArg("i", (4,), (1,), 0)]), {}, ("x", "i"))
+        return use_copies([step], buffers)[0], step
+    got, step = node(torch.bool)
+    assert got is step
+    assert isinstance(node(torch.int64)[0], Gather)
+
+
+def test_empty_permuted_is_an_allocation_not_a_torch_call():
+    """A mixture of experts' routing makes its inverse permutation in torch.empty_permuted."""
+    def inverse(perm):
+        inv = torch.empty_permuted(perm.shape, (0,), dtype=perm.dtype)
+        return (inv.index_put((perm,), torch.arange(perm.numel())),)
+
+    backend = _check(inverse, lambda n: (torch.randperm(6, generator=torch.Generator().manual_seed(1)),), [0],
+                     dynamic=False)
+    graph, = backend.compiled
+    assert [s.fn for s in graph.steps if isinstance(s, ExternNode)] == [torch.ops.aten.index_put.default]

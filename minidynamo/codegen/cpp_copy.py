@@ -1,7 +1,10 @@
-"""Concatenations copied by the generated C++ instead of a torch call: an aten.cat becomes a Copy
-step, strided loops writing each input into its slice of the result inside the kernel group's
-function. Decoders make several per step (rotary embeddings' rotate_half, a KV cache growing by one
-position), each a Python-level torch call costing far more than its few hundred elements."""
+"""Data movement done by the generated C++ instead of a torch call: an aten.cat becomes a Copy step
+(strided loops writing each input into its slice of the result), an embedding or a gather of rows
+(`x[idx]`) a Gather step, inside the kernel group's function. Decoders make several per generated
+token (rotary embeddings' rotate_half, the KV cache growing by one position, token and position
+embeddings, a mixture of experts' routing), each a torch call costing far more than its few hundred
+elements. A Gather checks its indices: one out of range makes the group return 1, and the graph
+raises, so eager runs it again and raises its own error."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,8 +18,25 @@ from .scheduler import Step
 from .sizes import is_symbolic, norm, size_code
 
 
+class _Moving:
+    """A step moving elements of its inputs (`read_args`) into one new buffer `out`."""
+
+    out: str
+
+    def read_args(self) -> List[ExternArg]:
+        raise NotImplementedError
+
+    def work(self, buffers: Dict[str, Buffer]) -> int:
+        return numel(buffers[self.out].size)
+
+    @property
+    def reads(self) -> Tuple[str, ...]:
+        """The buffers read, each once, in order (the generated function's parameters)."""
+        return tuple(dict.fromkeys(a.buffer for a in self.read_args()))
+
+
 @dataclass
-class Copy:
+class Copy(_Moving):
     """out = cat(sources, dim): each source written at `starts[j]` along `dim` of `out`."""
 
     name: str
@@ -27,17 +47,83 @@ class Copy:
     dtype: torch.dtype
     stored: Set[str] = field(default_factory=set)
 
-    def work(self, buffers: Dict[str, Buffer]) -> int:
-        return numel(buffers[self.out].size)
+    def read_args(self) -> List[ExternArg]:
+        return self.sources
 
-    @property
-    def reads(self) -> Tuple[str, ...]:
-        return tuple(dict.fromkeys(s.buffer for s in self.sources))
+
+@dataclass
+class Gather(_Moving):
+    """out[i..., rest...] = src[index[i...], rest...]; negative indices count from the end (`wrap`,
+    as x[idx] does) or are out of range (as embedding's are)."""
+
+    name: str
+    out: str
+    src: ExternArg
+    index: ExternArg
+    wrap: bool
+    dtype: torch.dtype
+    stored: Set[str] = field(default_factory=set)
+
+    def read_args(self) -> List[ExternArg]:
+        return [self.src, self.index]
+
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
 
 
 def use_copies(steps: Sequence[Step], buffers: Dict[str, Buffer]) -> List[Step]:
-    """`steps` with each concatenation of same-dtype, same-rank inputs turned into a Copy step."""
-    return [(_as_copy(s, buffers, i) if isinstance(s, ExternNode) else None) or s for i, s in enumerate(steps)]
+    """`steps` with each concatenation of same-dtype, same-rank inputs turned into a Copy step and
+    each embedding or single-index row gather into a Gather step."""
+    out: List[Step] = []
+    for i, s in enumerate(steps):
+        new = (_as_copy(s, buffers, i) or _as_gather(s, buffers, i)) if isinstance(s, ExternNode) else None
+        out.append(new or s)
+    return out
+
+
+def _as_gather(node: ExternNode, buffers: Dict[str, Buffer], index: int):
+    if len(node.names) != 1 or node.names[0] is None or node.kwargs:
+        return None
+    if node.fn is torch.ops.aten.embedding.default and len(node.args) >= 2:
+        src, idx, wrap = node.args[0], node.args[1], False
+    elif node.fn is torch.ops.aten.index.Tensor and len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) \
+            and len(node.args[1]) == 1:
+        src, idx, wrap = node.args[0], node.args[1][0], True
+    else:
+        return None
+    out = buffers[node.names[0]]
+    if not (isinstance(src, ExternArg) and isinstance(idx, ExternArg)) or buffers[idx.buffer].dtype not in _INDEX_DTYPES \
+            or buffers[src.buffer].dtype != out.dtype or len(out.size) != len(idx.size) + len(src.size) - 1:
+        return None
+    return Gather(f"gather{index}", out.name, src, idx, wrap, out.dtype, {out.name})
+
+
+def render_gather(g: Gather, buffers: Dict[str, Buffer], ctypes_: Dict[torch.dtype, str],
+                  symbols: Sequence[str] = ()) -> Tuple[str, List[str]]:
+    """The C++ function for `g` (returning 1 for an index out of range) and its parameters in order."""
+    out, ctype, itype = buffers[g.out], ctypes_[g.dtype], ctypes_[buffers[g.index.buffer].dtype]
+    args = [g.out] + list(g.reads)
+    params = [f"{ctype}* __restrict__ {g.out}", f"const {ctype}* {g.src.buffer}"]
+    params += [f"const {itype}* {g.index.buffer}"] if g.index.buffer != g.src.buffer else []
+    params += [f"int64_t {s}" for s in symbols] + ["int nthreads"]
+    k = len(g.index.size)
+    lead = [d for d, n in enumerate(g.index.size) if is_symbolic(n) or n != 1]
+    rest = [e for e, n in enumerate(g.src.size[1:]) if is_symbolic(n) or n != 1]
+    rows = size_code(g.src.size[0])
+
+    def terms(dims, var, strides):
+        return "".join(f" + {var}{d} * {size_code(strides[d])}" for d in dims)
+    loops = [f"for (int64_t i{d} = 0; i{d} < {size_code(g.index.size[d])}; i{d}++)" for d in lead]
+    inner = [f"for (int64_t r{e} = 0; r{e} < {size_code(g.src.size[1 + e])}; r{e}++)" for e in rest]
+    body = [f"int64_t j = {g.index.buffer}[{size_code(g.index.offset)}{terms(lead, 'i', g.index.stride)}];"]
+    body += [f"if (j < 0) j += {rows};"] if g.wrap else []
+    body += [f"if (j < 0 || j >= {rows}) return 1;",
+             *inner, f"  {g.out}[0{terms(lead, 'i', out.stride)}{terms(rest, 'r', out.stride[k:])}] = "
+             f"{g.src.buffer}[{size_code(g.src.offset)} + j * {size_code(g.src.stride[0])}"
+             f"{terms(rest, 'r', g.src.stride[1:])}];"]
+    lines = [f"static int {g.name}({', '.join(params)}) {{"] + [f"  {line}" for line in loops] + \
+        ["  {"] + [f"    {line}" for line in body] + ["  }", "  return 0;", "}"]
+    return "\n".join(lines) + "\n", args
 
 
 def _as_copy(node: ExternNode, buffers: Dict[str, Buffer], index: int):

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 import torch
 
 from .cpp_build import UNIT_BREAK
-from .cpp_copy import Copy, render_copy
+from .cpp_copy import Copy, Gather, render_copy, render_gather
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
 from .cpp_prelude import PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PARALLEL_FOR, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
@@ -63,6 +63,7 @@ class CppKernel:
     name: str
     source: str
     args: List[str]  # buffer names, in parameter order (nthreads follows)
+    can_fail: bool = False  # returns an int, nonzero for an index out of range (see cpp_copy)
 
 
 class CppRenderer(KernelRenderer):
@@ -507,7 +508,7 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
     return out
 
 
-C_STEPS = (Kernel, Gemm, Copy)  # the steps run in the generated C++ (the others are torch calls)
+C_STEPS = (Kernel, Gemm, Copy, Gather)  # the steps run in the generated C++ (the others are torch calls)
 _GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
 
 
@@ -527,9 +528,10 @@ class KernelGroup:
     writeback: Dict[str, str] = field(default_factory=dict)
     scratch: Dict[str, int] = field(default_factory=dict)  # intermediate -> byte offset in the scratch
     scratch_bytes: int = 0  # one block the wrapper allocates per call, shared by liveness
+    can_fail: bool = False  # returns an int, nonzero when a kernel found an index out of range
 
 
-def group_kernels(steps: Sequence[Union[Step, Gemm, Copy]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+def group_kernels(steps: Sequence[Union[Step, Gemm, Copy, Gather]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
                   keep: Set[str], writeback: Dict[str, str]) -> List[KernelGroup]:
     runs: List[List[Kernel]] = []
     after_kernel = False
@@ -566,7 +568,8 @@ def group_kernels(steps: Sequence[Union[Step, Gemm, Copy]], rendered: Dict[str, 
         args = sorted(set().union(*(rendered[k.name].args for k in run)) - set(local) - set(own) - set(scratch)
                       | set(own.values()))
         groups.append(KernelGroup(f"group{i}", [k.name for k in run], args,
-                                  [b for b in args if b in stored], local, own, scratch, scratch_bytes))
+                                  [b for b in args if b in stored], local, own, scratch, scratch_bytes,
+                                  any(rendered[k.name].can_fail for k in run)))
     return groups
 
 
@@ -601,7 +604,7 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     params = [f"{'' if b in written else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
               for b in group.args] + (["char* md_scratch"] if group.scratch else []) + [
         f"int64_t {s}" for s in symbols] + ["int nthreads"]
-    lines = [f'extern "C" void {group.name}({", ".join(params)}) {{']
+    lines = [f'extern "C" {"int" if group.can_fail else "void"} {group.name}({", ".join(params)}) {{']
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
@@ -611,21 +614,24 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel],
     for b, offset in group.scratch.items():
         lines.append(f"  {CTYPES[buffers[b].dtype]}* {b} = ({CTYPES[buffers[b].dtype]}*)(md_scratch + {offset});")
     for name in group.kernels:
-        lines.append(f"  {name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])});")
+        call = f"{name}({', '.join(rendered[name].args + list(symbols) + ['nthreads'])})"
+        lines.append(f"  if ({call}) return 1;" if rendered[name].can_fail else f"  {call};")
     for b, x in group.writeback.items():
         lines.append(f"  std::memcpy({x}, {b}, {buffers[b].span_bytes()});")
-    return "\n".join(lines) + "\n}\n"
+    return "\n".join(lines + (["  return 0;"] if group.can_fail else [])) + "\n}\n"
 
 
-def _render_step(k: Union[Kernel, Gemm, Copy], buffers: Dict[str, Buffer], symbols: Sequence[str]) -> CppKernel:
+def _render_step(k: Union[Kernel, Gemm, Copy, Gather], buffers: Dict[str, Buffer], symbols: Sequence[str]) -> CppKernel:
     if isinstance(k, Kernel):
         return CppRenderer(k, buffers, symbols).render()
     if isinstance(k, Gemm):
         return CppKernel(k.name, *render_gemm(k, buffers, symbols))
+    if isinstance(k, Gather):
+        return CppKernel(k.name, *render_gather(k, buffers, CTYPES, symbols), can_fail=True)
     return CppKernel(k.name, *render_copy(k, buffers, CTYPES[k.dtype], symbols))
 
 
-def render_cpp(steps: Sequence[Union[Step, Gemm, Copy]], buffers: Dict[str, Buffer], keep: Set[str],
+def render_cpp(steps: Sequence[Union[Step, Gemm, Copy, Gather]], buffers: Dict[str, Buffer], keep: Set[str],
                symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None
                ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import perf
 from .cpp_gemm import Gemm, prepackable
-from .cpp_copy import Copy
+from .cpp_copy import Copy, Gather
 from .cpp_render import C_STEPS, CppKernel, KernelGroup
 from .cpp_tuning import runs_serially
 from .errors import CannotCompile
@@ -268,8 +268,9 @@ class CppGraph(CompiledGraph):
             if isinstance(k, Gemm):
                 parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: gemm k={k.a.size[-1]}]")
                 continue
-            if isinstance(k, Copy):
-                parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: cat of {len(k.sources)}]")
+            if isinstance(k, (Copy, Gather)):
+                what = f"cat of {len(k.sources)}" if isinstance(k, Copy) else "gather"
+                parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: {what}]")
                 continue
             kinds = collections.Counter(kn.node.kind if kn.is_reduction else "pw" for kn in k.knodes())
             inner = {"x".join(map(str, st.inner)) for st in k.stages if st.inner}
@@ -311,7 +312,7 @@ class CppGraph(CompiledGraph):
         symbols = self.size_vars.symbols if self.size_vars is not None else []
         fn.argtypes = ([ctypes.c_void_p] * (len(group.args) + bool(group.scratch)) + [ctypes.c_int64] * len(symbols)
                        + [ctypes.c_int])
-        fn.restype = None
+        fn.restype = ctypes.c_int if group.can_fail else None
         names.globals[f"_{group.name}"] = fn
         lines: List[str] = []
         if group.scratch:
@@ -329,7 +330,10 @@ class CppGraph(CompiledGraph):
                        else f"{names.v(a)}.data_ptr(), " for a in group.args)
         ptrs += "scratch.data_ptr(), " if group.scratch else ""
         sizes = "".join(f"{s}, " for s in symbols)
-        return lines, [f"    _{group.name}({ptrs}{sizes}nt)"]
+        call = f"_{group.name}({ptrs}{sizes}nt)"
+        if group.can_fail:  # raised, so eager runs the graph again and raises its own error
+            return lines, [f"    if {call}: raise IndexError('index out of range in a compiled gather')"]
+        return lines, [f"    {call}"]
 
     def _outputs_code(self, names: "_Names") -> str:
         # an extern op may return None for an output nothing reads (an RNN's reserve space when
