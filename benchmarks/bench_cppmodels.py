@@ -64,12 +64,14 @@ def worker(name: str, repeat: int) -> dict:
     return row
 
 
-def _spawn(name: str, repeat: int, threads: int) -> dict:
-    with tempfile.TemporaryDirectory(prefix="bench-cppmodels-") as cache:
+def spawn(module: str, name: str, repeat: int, threads: int, timeout_s: int = 900) -> dict:
+    """The row that `python -m benchmarks.MODULE --worker NAME` prints last (JSON), run in a fresh process
+    with empty minidynamo and inductor caches; {"error": ...} when it fails."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-{module}-") as cache:
         env = dict(os.environ, MINIDYNAMO_CACHE_DIR=os.path.join(cache, "md"), BENCH_THREADS=str(threads),
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), PYTHONWARNINGS="ignore")
-        cmd = [sys.executable, "-m", "benchmarks.bench_cppmodels", "--worker", name, "--repeat", str(repeat)]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        cmd = [sys.executable, "-m", f"benchmarks.{module}", "--worker", name, "--repeat", str(repeat)]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1][:300] if proc.stderr.strip() else "failed"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -86,14 +88,15 @@ def run(quick: bool = False, threads: int = 1, only: tuple = ()) -> dict:
 
 
 def _measured(name: str, repeat: int, threads: int) -> Dict:
-    row: Dict = {"model": name, "threads": threads, **_spawn(name, repeat, threads)}
+    row: Dict = {"model": name, "threads": threads, **spawn("bench_cppmodels", name, repeat, threads)}
     row["cpp_vs_inductor"] = ratio(row.get("cpp_ms"), row.get("inductor_ms"))
     row["first_call_ratio"] = ratio(row.get("cpp_first_s"), row.get("inductor_first_s"))
     print(f"[cppmodels] {json.dumps(row)}", file=sys.stderr, flush=True)
     return row
 
 
-def main() -> None:
+def cli(worker: Callable[[str, int], dict], run: Callable[[bool, int, tuple], dict]) -> None:
+    """A model section's command line: `--worker MODEL` prints one row (see spawn), else the whole run."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", metavar="MODEL")
     parser.add_argument("--repeat", type=int, default=21)
@@ -108,4 +111,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    cli(worker, run)

@@ -86,8 +86,8 @@ def _aims(results: dict) -> List[str]:
         for a in results.get(section, {}).get("aims", []):
             limit = f"≤ {a['limit']:.2g} s" if a["unit"] == "s" else f"≤ 1/{round(1 / a['limit'])} of torch" \
                 if a["limit"] < 1 else f"≤ {a['limit']:.2g}"
-            value = "not measured" if a["value"] is None else \
-                (f"{a['value']:.3f} s" if a["unit"] == "s" else f"{a['value']:.3f}")
+            value = "not measured" if a["value"] is None else f"{a['value']:.3f} s" if a["unit"] == "s" else \
+                str(a["value"]) if a["unit"] == "count" else f"{a['value']:.3f}"
             mark = "-" if a["met"] is None else ("✓" if a["met"] else "✗")
             rows.append([a["figure"], value, f"aim: {limit}", mark])
     return ["## Aims of the other issues", ""] + _table(["figure", "measured", "aim", "met"], rows)
@@ -181,6 +181,12 @@ def _cppmodels(section: dict) -> List[str]:
                 "cpp / inductor", "cpp first s", "inductor first s"], rows)
 
 
+def _generate(section: dict) -> List[str]:
+    from benchmarks.bench_generate import markdown as generate_markdown
+
+    return generate_markdown(section) + [""]
+
+
 def _ddp(section: dict) -> List[str]:
     rows = [[r["system"], str(r["parts"] or "-"), str(r["equal"]), _num(r["lead_ms"]), _num(r["step_ms"]),
              _num(r["eager_step_ms"])] for r in section["rows"]]
@@ -200,7 +206,8 @@ def _train(section: dict) -> List[str]:
 
 SECTIONS: Dict[str, Callable[[dict], List[str]]] = {
     "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
-    "zoo": _zoo, "ddp": _ddp, "train": _train, "cppmodels": _cppmodels}
+    "zoo": _zoo, "ddp": _ddp, "train": _train, "cppmodels": _cppmodels,
+    "generate": _generate}
 
 
 def markdown(results: dict) -> str:

@@ -118,3 +118,39 @@ def test_cppmodels_section_renders_its_rows_and_aims():
     assert "| gpt2 | 1.000 | 0.400 | 0.500 | 2.50 | 2.00 | 0.80 | 0.500 | 10.000 |" in text
     assert "| t5 | error: boom |" in text
     assert set(bench_cppmodels.MODELS) >= {"gpt2", "bert", "cnn", "llama", "t5", "vit", "wav2vec2"}
+
+
+def test_generate_section_checks_tokens_counts_compiles_and_renders(monkeypatch):
+    """The generate section's worker times a compiled generate() (here minidynamo's eager backend, to stay
+    quick) with its compile counts, refuses a model whose tokens differ from eager's, and the report
+    renders measured and failed rows with the aims."""
+    pytest.importorskip("transformers")
+    from benchmarks import bench_generate, report, zoo
+
+    monkeypatch.setattr(bench_generate, "BACKENDS", {"cpp": "eager"})
+    measured = bench_generate.worker("gpt2", 1, systems=("eager", "cpp"))
+    assert measured["tokens"] == bench_generate.PROMPT + bench_generate.NEW_TOKENS
+    assert 1 <= measured["cpp_compiles"] <= 3 and measured["cpp_recompiles"] == measured["cpp_compiles"] - 1
+    assert measured["cpp_fallbacks"] == 0 and measured["cpp_ms"] > 0 and measured["eager_ms"] > 0
+
+    def wrong_weights(name, system):
+        model, _, _ = zoo.build(name)
+        with torch.no_grad():
+            model.transformer.wte.weight.mul_(-1.0)
+        return model
+    monkeypatch.setattr(bench_generate, "_compiled_model", wrong_weights)
+    with pytest.raises(AssertionError, match="cpp: tokens differ"):
+        bench_generate.worker("gpt2", 1, systems=("eager", "cpp"))
+
+    row = {"model": "llama", "threads": 1, "eager_ms": 100.0, "cpp_ms": 50.0, "inductor_ms": 60.0,
+           "cpp_first_s": 2.0, "inductor_first_s": 40.0, "cpp_compiles": 3, "cpp_recompiles": 2, "cpp_fallbacks": 0,
+           "inductor_compiles": 3, "inductor_recompiles": 2, "cpp_vs_inductor": 50 / 60}
+    rows = [row, {"model": "bart", "threads": 1, "error": "boom"}]
+    section = {"rows": rows, "new_tokens": 20, "prompt": 6, "aims": bench_generate.aims(rows)}
+    text = "\n".join(report.SECTIONS["generate"](section) + report._aims({"generate": section}))
+    assert "| llama | 100.00 | 50.00 | 60.00 | 5.000 / 2.500 / 3.000 | 2.00 | 1.20 | 2.00 / 40.00 | 3 / 2 | 3 / 2 | 0 |" \
+        in text
+    assert "| bart | error: boom |" in text
+    assert "| issue 17: generate() recompiles, llama, cpp | 2 | aim: ≤ 3 | ✓ |" in text
+    assert "| issue 17: generate() per call, llama, cpp / inductor | 0.833 | aim: ≤ 1 | ✓ |" in text
+    assert "| issue 17: generate() per call, bart, cpp / inductor | not measured | aim: ≤ 1 | - |" in text

@@ -10,7 +10,9 @@ import minidynamo
 from benchmarks.bench_dynamic import Block
 from minidynamo.backends import lookup_backend
 from minidynamo.codegen import cpp_build
+from minidynamo.codegen.cpp_gemm import Gemm
 from minidynamo.codegen.cpp_wrapper import CppGraph
+from minidynamo.codegen.ir import ExternNode
 from minidynamo.counters import fallbacks
 from test_cpp_backend import assert_close
 
@@ -232,4 +234,21 @@ def test_symbolic_long_rows_reduce_in_lanes_with_a_tail():
     fn = lambda x: (torch.softmax(x, -1), x.amax(-1), x.sum(-1))  # noqa: E731
     graph = _one_graph_over_row_lengths(fn, (512, 3, 100, 777, 5000))
     assert "const int64_t rfull0 = ks1 - ks1 % 64;" in graph.source
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)
+
+
+def test_static_products_of_a_symbolic_graph_run_in_generated_code():
+    """A decode step's shape: the new token's projection has static sizes while the cache length is
+    symbolic. That product is a BLAS call in the generated code (a Gemm step, with its GELU in the
+    same kernel group); the one with a symbolic size stays a torch call."""
+    def fn(x, cache):
+        y = F.gelu(_LINEAR(x))
+        return y, torch.softmax(cache @ y.t(), 0)
+
+    backend = Counting()
+    _check_sizes(fn, lambda n: (torch.randn(1, 16), torch.randn(n, 24)), minidynamo.optimize(backend, dynamic=True)(fn))
+    graph, = _symbolic_graphs(backend)
+    assert [tuple(graph.buffers[s.out].size) for s in graph.steps if isinstance(s, Gemm)] == [(1, 24)]
+    assert [s.fn for s in graph.steps if isinstance(s, ExternNode)] == [torch.ops.aten.mm.default]
+    assert "sgemm" in graph.source and "int64_t ks0" in graph.source
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(fallbacks)

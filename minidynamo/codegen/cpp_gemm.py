@@ -14,8 +14,9 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import torch
 
 from .graph_lowering import ExternArg
-from .ir import Buffer, ExternNode, contiguous_strides, loads
+from .ir import Buffer, ExternNode, contiguous_strides, loads, numel
 from .scheduler import Step
+from .sizes import any_symbolic
 
 _ROUTINES = {torch.float32: ("sgemm_", "float"), torch.float64: ("dgemm_", "double")}
 _THREADS = "MKL_Set_Num_Threads_Local"  # the calling thread's MKL thread count; returns the previous
@@ -37,6 +38,9 @@ class Gemm:
     dtype: torch.dtype
     stored: Set[str] = field(default_factory=set)
     packed_b: bool = False  # `b` is read from the prepacked contiguous copy of its transpose
+
+    def work(self, buffers: Dict[str, Buffer]) -> int:
+        return numel(buffers[self.out].size) * self.a.size[-1]
 
 
 def blas_type(dtype: torch.dtype) -> Tuple[str, str]:
@@ -95,7 +99,10 @@ def _as_gemm(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Option
         return None
     a, b = node.args
     out = buffers[node.names[0]]
-    if not (isinstance(a, ExternArg) and isinstance(b, ExternArg)) or out.dtype not in _ROUTINES \
+    if not (isinstance(a, ExternArg) and isinstance(b, ExternArg)) or any_symbolic(
+            (*out.size, *out.stride, *a.size, *a.stride, a.offset, *b.size, *b.stride, b.offset)):
+        return None  # a product with symbolic sizes stays a torch call
+    if out.dtype not in _ROUTINES \
             or {buffers[a.buffer].dtype, buffers[b.buffer].dtype} != {out.dtype} \
             or tuple(out.stride) != contiguous_strides(out.size) or min(out.size + a.size[-1:]) < 1 \
             or max(out.size + a.size[-1:]) > _INT_MAX:
@@ -148,9 +155,10 @@ def bind_blas(lib: ctypes.CDLL) -> None:
     lib.md_bind_blas(*(ctypes.c_void_p(address) for address in blas_routines()))
 
 
-def render_gemm(g: Gemm, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
-    """The C++ function for `g` and its parameters in order (nthreads follows). Row-major C = A B
-    is column-major C^T = B^T A^T: the BLAS gets B as its first operand."""
+def render_gemm(g: Gemm, buffers: Dict[str, Buffer], symbols: Sequence[str] = ()) -> Tuple[str, List[str]]:
+    """The C++ function for `g` and its parameters in order (the size symbols, unused, and nthreads
+    follow, as every kernel of a group takes them). Row-major C = A B is column-major C^T = B^T A^T:
+    the BLAS gets B as its first operand."""
     out = buffers[g.out]
     rows, cols = out.size[-2:]
     inner = g.a.size[-1]
@@ -165,7 +173,7 @@ def render_gemm(g: Gemm, buffers: Dict[str, Buffer]) -> Tuple[str, List[str]]:
               f"const {ctype}* {g.b.buffer}"]
     if g.a.buffer == g.b.buffer:  # one buffer read as both operands
         args, params = args[:2], params[:2]
-    lines = [f"static void {g.name}({', '.join(params)}, int nthreads) {{",
+    lines = [f"static void {g.name}({', '.join(params + ['int64_t'] * len(symbols))}, int nthreads) {{",
              f"  const int m = {cols}, n = {rows}, k = {inner}, lda = {ldb}, ldb = {lda}, ldc = {cols};",
              f"  const {ctype} one = 1, zero = 0;",
              f"  const int before = md_threads({1 if batches * rows * cols * inner < GEMM_PARALLEL_MIN_MACS else 'nthreads'});",

@@ -10,6 +10,7 @@ import torch.fx
 
 from .cpp_build import load_library
 from .cpp_conv import Conv, generated_conv, use_convs
+from .cpp_copy import use_copies
 from .cpp_gemm import Gemm, bind_blas, use_gemms
 from .cpp_indexed import use_indexed_steps
 from .errors import CannotCompile
@@ -32,9 +33,11 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
     parameters = {lowering.input_names[i] for i, t in enumerate(example_inputs)
                   if isinstance(t, torch.nn.Parameter)} | {
         n for n, t in lowering.constants.items() if isinstance(t, torch.nn.Parameter)}
-    if lowering.size_vars is None and not writes:  # products with symbolic sizes stay torch calls
-        steps = use_indexed_steps(use_convs(use_gemms(steps, lowering.buffers, parameters), lowering.buffers),
-                                  lowering.buffers)
+    if not writes:
+        steps = use_gemms(steps, lowering.buffers, parameters)
+        if lowering.size_vars is None:  # convolutions and indexed steps take static sizes only
+            steps = use_indexed_steps(use_convs(steps, lowering.buffers), lowering.buffers)
+        steps = use_copies(steps, lowering.buffers)
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []
     if not writes:

@@ -15,6 +15,7 @@ import torch
 
 from .cpp_build import UNIT_BREAK
 from .cpp_conv import Conv, render_conv
+from .cpp_copy import Copy, Gather, render_copy, render_gather
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
 from .cpp_indexed import IndexedStep
 from .cpp_multi_tensor import multi_tensor_loops, share_equal_kernels, shared_kernel_source
@@ -65,6 +66,7 @@ class CppKernel:
     name: str
     source: str
     args: List[str]  # buffer names, in parameter order (nthreads follows)
+    can_fail: bool = False  # returns an int, nonzero for an index out of range (see cpp_copy)
 
 
 class CppRenderer(KernelRenderer):
@@ -513,7 +515,7 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
 
 
 # steps run by the generated code (the others are extern calls to torch)
-GENERATED = (Kernel, Gemm, Conv, IndexedStep)
+GENERATED = (Kernel, Gemm, Conv, IndexedStep, Copy, Gather)
 _GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
 
 
@@ -533,11 +535,10 @@ class KernelGroup:
     writeback: Dict[str, str] = field(default_factory=dict)
     scratch: Dict[str, int] = field(default_factory=dict)  # intermediate -> byte offset in the scratch
     scratch_bytes: int = 0  # one block the wrapper allocates per call, shared by liveness
-    # steps checking indices: the group returns nonzero when one is out of range
-    checked: Set[str] = field(default_factory=set)
+    can_fail: bool = False  # returns an int, nonzero when a kernel found an index out of range
 
 
-def group_kernels(steps: Sequence[Union[Step, Gemm, Conv]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
+def group_kernels(steps: Sequence[Union[Step, Gemm, Conv, IndexedStep, Copy, Gather]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
                   keep: Set[str], writeback: Dict[str, str]) -> List[KernelGroup]:
     runs: List[List[Kernel]] = []
     after_kernel = False
@@ -575,7 +576,7 @@ def group_kernels(steps: Sequence[Union[Step, Gemm, Conv]], rendered: Dict[str, 
                       | set(own.values()))
         groups.append(KernelGroup(f"group{i}", [k.name for k in run], args,
                                   [b for b in args if b in stored], local, own, scratch, scratch_bytes,
-                                  {k.name for k in run if isinstance(k, IndexedStep) and k.checked}))
+                                  any(rendered[k.name].can_fail for k in run)))
     return groups
 
 
@@ -610,7 +611,7 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: D
     params = [f"{'' if b in written else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
               for b in group.args] + (["char* md_scratch"] if group.scratch else []) + [
         f"int64_t {s}" for s in symbols] + ["int nthreads"]
-    lines = [f'extern "C" {"int" if group.checked else "void"} {group.name}({", ".join(params)}) {{']
+    lines = [f'extern "C" {"int" if group.can_fail else "void"} {group.name}({", ".join(params)}) {{']
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
@@ -622,10 +623,10 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: D
     for name in group.kernels:
         callee, args = shared.get(name, (name, rendered[name].args))
         call = f"{callee}({', '.join(_call_args(args, symbols))})"
-        lines.append(f"  if ({call}) return 1;" if name in group.checked else f"  {call};")
+        lines.append(f"  if ({call}) return 1;" if rendered[name].can_fail else f"  {call};")
     for b, x in group.writeback.items():
         lines.append(f"  __builtin_memcpy({x}, {b}, {buffers[b].span_bytes()});")
-    return "\n".join(lines + ["  return 0;"] * bool(group.checked)) + "\n}\n"
+    return "\n".join(lines + ["  return 0;"] * group.can_fail) + "\n}\n"
 
 
 def _call_args(args: List[str], symbols: Sequence[str]) -> List[str]:
@@ -649,17 +650,29 @@ def _group_part(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: Dic
     return "\n".join(sources + [_group_source(group, rendered, buffers, symbols, shared)])
 
 
-def render_cpp(steps: Sequence[Union[Step, Gemm, Conv]], buffers: Dict[str, Buffer], keep: Set[str],
+def _render_step(k: Union[Kernel, Gemm, Conv, IndexedStep, Copy, Gather], buffers: Dict[str, Buffer],
+                 symbols: Sequence[str]) -> CppKernel:
+    if isinstance(k, Kernel):
+        return CppRenderer(k, buffers, symbols).render()
+    if isinstance(k, Gemm):
+        return CppKernel(k.name, *render_gemm(k, buffers, symbols))
+    if isinstance(k, Conv):
+        return CppKernel(k.name, *render_conv(k, buffers))
+    if isinstance(k, IndexedStep):
+        return CppKernel(k.name, *k.render(buffers), can_fail=k.checked)
+    if isinstance(k, Gather):
+        return CppKernel(k.name, *render_gather(k, buffers, CTYPES, symbols), can_fail=True)
+    return CppKernel(k.name, *render_copy(k, buffers, CTYPES[k.dtype], symbols))
+
+
+def render_cpp(steps: Sequence[Union[Step, Gemm, Conv, IndexedStep, Copy, Gather]], buffers: Dict[str, Buffer], keep: Set[str],
                symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None
                ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the
     kernels and the groups; every kernel and group takes the size `symbols` as int64 arguments.
     `writeback`: new values (buffers only the kernels read) -> the inputs they are copied into at
     the end of their group (see KernelGroup)."""
-    rendered = [CppRenderer(k, buffers, symbols).render() if isinstance(k, Kernel)
-                else CppKernel(k.name, *k.render(buffers)) if isinstance(k, IndexedStep)
-                else CppKernel(k.name, *(render_gemm if isinstance(k, Gemm) else render_conv)(k, buffers))
-                for k in steps if isinstance(k, GENERATED)]
+    rendered = [_render_step(k, buffers, symbols) for k in steps if isinstance(k, GENERATED)]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
     # each group with its kernels: the parts cpp_build may compile as separate translation units

@@ -71,10 +71,8 @@ def runs_serially(steps: Sequence, buffers: Dict[str, Buffer]) -> bool:
             work += (numel(out.size) if out is not None else 0) * per_element
         elif isinstance(step, Conv):  # a convolution in the generated code
             work += step.macs
-        elif hasattr(step, "work"):  # an indexed step in the generated code (cpp_indexed)
+        else:  # a product, copy or indexed step in the generated code
             work += step.work(buffers)
-        else:  # a product in the generated code
-            work += numel(buffers[step.out].size) * step.a.size[-1]
     return work < SERIAL_GRAPH_MAX_WORK
 
 

@@ -17,6 +17,7 @@ from torch.utils._pytree import tree_map, tree_unflatten
 from .. import perf
 from .cpp_conv import Conv
 from .cpp_gemm import Gemm, prepackable
+from .cpp_copy import Copy, Gather
 from .cpp_indexed import IndexedStep
 from .cpp_render import GENERATED, CppKernel, KernelGroup
 from .cpp_tuning import runs_serially
@@ -282,11 +283,15 @@ class CppGraph(CompiledGraph):
             if isinstance(k, Conv):
                 parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: conv k={numel(k.w_size[1:])}]")
                 continue
+            if isinstance(k, (Copy, Gather)):
+                what = f"cat of {len(k.sources)}" if isinstance(k, Copy) else "gather"
+                parts.append(f"[{'x'.join(map(str, self.buffers[k.out].size))}: {what}]")
+                continue
             kinds = collections.Counter(kn.node.kind if kn.is_reduction else "pw" for kn in k.knodes())
-            inner = {tuple(st.inner) for st in k.stages if st.inner}
+            inner = {"x".join(map(str, st.inner)) for st in k.stages if st.inner}
             shape = "x".join(map(str, k.outer)) or "1"
             if inner:
-                shape += " * " + ",".join("x".join(map(str, i)) for i in sorted(inner))
+                shape += " * " + ",".join(sorted(inner))  # as text: symbolic sizes do not compare
             parts.append(f"[{shape}: {' '.join(f'{n} {c}' for c, n in sorted(kinds.items()))}]")
         return f"{group.name} " + " ".join(parts)
 
@@ -322,7 +327,7 @@ class CppGraph(CompiledGraph):
         symbols = self.size_vars.symbols if self.size_vars is not None else []
         fn.argtypes = ([ctypes.c_void_p] * (len(group.args) + bool(group.scratch)) + [ctypes.c_int64] * len(symbols)
                        + [ctypes.c_int])
-        fn.restype = ctypes.c_int if group.checked else None
+        fn.restype = ctypes.c_int if group.can_fail else None
         names.globals[f"_{group.name}"] = fn
         lines: List[str] = []
         if group.scratch:
@@ -341,7 +346,7 @@ class CppGraph(CompiledGraph):
         ptrs += "scratch.data_ptr(), " if group.scratch else ""
         sizes = "".join(f"{s}, " for s in symbols)
         call = f"_{group.name}({ptrs}{sizes}nt)"
-        if group.checked:  # an index out of range: eager runs the graph and raises its error
+        if group.can_fail:  # an index out of range: eager runs the graph and raises its error
             names.globals["_IndexError"] = IndexError
             return lines, [f"    if {call}: raise _IndexError('index out of range in a cpp kernel group')"]
         return lines, [f"    {call}"]

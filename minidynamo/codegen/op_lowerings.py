@@ -328,7 +328,7 @@ def _fill(L, node, x, value):
     return _constant(node, value)
 
 
-@register(aten.empty.memory_format, aten.empty_strided, aten.new_empty)
+@register(aten.empty.memory_format, aten.empty_strided, aten.empty_permuted, aten.new_empty)
 def _empty(L, node, *args, **kw):
     return _constant(node, 0)  # contents of empty are unspecified; zeros are one valid choice
 
