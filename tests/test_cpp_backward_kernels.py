@@ -1,5 +1,5 @@
 """cpp training graphs without torch calls for cat, embedding and embedding's backward
-(index_put with accumulate): each runs as a loop inside a kernel group (codegen/cpp_indexed),
+(index_put with accumulate): each runs as a loop inside a kernel group (codegen/cpp_copy, cpp_indexed),
 equal to eager, with indices checked as eager checks them; whole forward+backward graphs of
 several architectures compile to one kernel group each, with gradients equal to eager's over
 calls and after a parameter changes."""
@@ -13,9 +13,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import minidynamo
 from benchmarks.models import _TinyTransformer
 from minidynamo import perf
-from minidynamo.codegen.cpp_indexed import (
-    Cat, Embedding, Gather, IndexedStep, IndexPutAccumulate, MaxPoolBackward,
-)
+from minidynamo.codegen.cpp_copy import Copy, Gather
+from minidynamo.codegen.cpp_indexed import GatherAlongDim, IndexPutAccumulate, MaxPoolBackward
 from minidynamo.codegen.cpp_pipeline import compile_cpp_graph
 from minidynamo.codegen.ir import ExternNode
 
@@ -48,7 +47,7 @@ def test_cat_of_views_and_dtypes_copies_inside_the_kernel_group():
     }
     for name, f in cases.items():
         g = _compiled(f, a, b, ints)
-        _steps(g, Cat)
+        _steps(g, Copy)
         torch.testing.assert_close(g(a, b, ints), f(a, b, ints), msg=name)
 
 
@@ -63,7 +62,7 @@ def test_embedding_lookups_of_index_shapes_and_weight_layouts():
     }
     for name, (f, i) in cases.items():
         g = _compiled(f, w, i)
-        _steps(g, Embedding)
+        _steps(g, Gather)
         torch.testing.assert_close(g(w, i), f(w, i), msg=name)
 
 
@@ -73,7 +72,7 @@ def test_gather_along_any_dim_of_a_view():
         def f(src, idx):
             return torch.gather(src.transpose(0, 2) * 2, dim, idx) + 1
         g = _compiled(f, src, idx)
-        _steps(g, Gather)
+        _steps(g, GatherAlongDim)
         torch.testing.assert_close(g(src, idx), f(src, idx), msg=f"dim {dim}")
     compiled = minidynamo.optimize("cpp")(lambda s, i: torch.gather(s, 1, i) * 2)
     torch.testing.assert_close(compiled(src, idx), torch.gather(src, 1, idx) * 2)
@@ -197,7 +196,7 @@ def test_training_graphs_run_cat_embedding_and_its_backward_in_kernel_groups(mak
     assert len(graphs) == 2  # the forward and the backward graph
     steps = [s for g in graphs for s in g.steps]
     assert not [s.fn for s in steps if isinstance(s, ExternNode) and s.fn in INDEXED_OPS]
-    kinds = {type(s) for s in steps if isinstance(s, IndexedStep)}
-    assert {Embedding, IndexPutAccumulate} <= kinds and Cat in kinds
+    kinds = {type(s) for s in steps}
+    assert {Gather, IndexPutAccumulate, Copy} <= kinds
     for g in graphs:
         assert len(g.groups) == 1, [grp.kernels for grp in g.groups]

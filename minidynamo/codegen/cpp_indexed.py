@@ -1,5 +1,5 @@
-"""Concatenation, embedding lookups, gather, accumulating index_put (an embedding's backward) and
-max pooling's backward as C++ steps inside a kernel group instead of torch calls: each is a loop
+"""Gather along a dim, accumulating index_put (an embedding's backward) and max pooling's
+backward as C++ steps (concatenation and row gathers are cpp_copy's) inside a kernel group instead of torch calls: each is a loop
 over its operands' strides in the group's exported function, so its result needs no tensor made
 by torch and, when only the group reads it, lives on the group's stack or scratch block. Indices are checked as eager checks
 them; one out of range makes the group return nonzero, and the graph then runs eagerly, which
@@ -87,21 +87,6 @@ def _copy(dst: str, dst_stride: Sequence[int], dst_offset, src: ExternArg) -> Li
                              f"{_at(src.buffer, src.offset, src.stride, 'i', dims)};"], parallel_work=numel(src.size))
 
 
-@dataclass
-class Cat(IndexedStep):
-    """out = cat(operands, dim): each operand copied to its slice of `out`."""
-
-    dim: int = 0
-
-    def body(self, buffers: Dict[str, Buffer]) -> List[str]:
-        out, lines, start = buffers[self.out], [], 0
-        for a in self.operands:
-            if numel(a.size):
-                lines += _copy(self.out, out.stride, start * out.stride[self.dim], a)
-                start += a.size[self.dim]
-        return lines
-
-
 def _check_rows(indices: ExternArg, rows: int, wrap: bool) -> List[str]:
     """Return 1 where an index is out of range (`wrap`: negative ones count from the end)."""
     n = len(indices.size)
@@ -118,23 +103,7 @@ def _row(indices: ExternArg, rows: int, wrap: bool) -> str:
 
 
 @dataclass
-class Embedding(IndexedStep):
-    """out[i..., j] = weight[indices[i...], j] (operands: weight, indices), each index in range."""
-
-    checked = True
-
-    def body(self, buffers: Dict[str, Buffer]) -> List[str]:
-        weight, indices = self.operands
-        out, n = buffers[self.out], len(indices.size)
-        copy = _loops(weight.size[1:], [
-            f"{_at(self.out, 0, out.stride, 'i', range(n + 1))} = "
-            f"{weight.buffer}[{weight.offset} + row * {weight.stride[0]} + i{n} * {weight.stride[1]}];"], n)
-        return _check_rows(indices, weight.size[0], False) + _loops(
-            indices.size, [_row(indices, weight.size[0], False)] + copy, simd=False, parallel_work=numel(out.size))
-
-
-@dataclass
-class Gather(IndexedStep):
+class GatherAlongDim(IndexedStep):
     """out[i] = source[i with i[dim] replaced by indices[i]] (operands: source, indices)."""
 
     checked = True
@@ -200,7 +169,7 @@ class MaxPoolBackward(IndexedStep):
 
 
 def use_indexed_steps(steps: Sequence[Step], buffers: Dict[str, Buffer]) -> List[Step]:
-    """`steps` with each cat, embedding, gather, accumulating index_put and max pooling backward
+    """`steps` with each gather, accumulating index_put and max pooling backward
     that the loops can take (static sizes, one dtype, plain arguments) as an IndexedStep."""
     out: List[Step] = []
     for step in steps:
@@ -223,28 +192,6 @@ def _as_indexed(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Opt
     return cls(f"indexed{index}", out.name, tuple(operands), {out.name}, **extra)
 
 
-def _cat(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer):
-    tensors = node.args[0] if node.args else None
-    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    if not isinstance(tensors, (list, tuple)) or not isinstance(dim, int) or set(node.kwargs) - {"dim"} \
-            or not all(isinstance(t, ExternArg) and buffers[t.buffer].dtype == out.dtype for t in tensors):
-        return None
-    dim %= len(out.size)
-    # legacy empty 1-d operands (shape (0,)) are skipped, as eager skips them
-    if any(len(t.size) != len(out.size) and numel(t.size) for t in tensors):
-        return None
-    return Cat, tensors, {"dim": dim}
-
-
-def _embedding(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer):
-    weight, indices = (node.args + (None, None))[:2]
-    if not (isinstance(weight, ExternArg) and isinstance(indices, ExternArg)) or len(weight.size) != 2 \
-            or buffers[weight.buffer].dtype != out.dtype or buffers[indices.buffer].dtype not in _INDEX_DTYPES \
-            or set(node.kwargs) - {"padding_idx", "scale_grad_by_freq", "sparse"}:
-        return None  # padding_idx and the others change only the backward
-    return Embedding, (weight, indices), {}
-
-
 def _gather(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer):
     source, dim, indices = (node.args + (None, None, None))[:3]
     if not (isinstance(source, ExternArg) and isinstance(indices, ExternArg) and isinstance(dim, int)) \
@@ -255,7 +202,7 @@ def _gather(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer):
     dim %= len(source.size)
     if any(i > s for d, (i, s) in enumerate(zip(indices.size, source.size)) if d != dim):
         return None  # eager raises
-    return Gather, (source, indices), {"dim": dim}
+    return GatherAlongDim, (source, indices), {"dim": dim}
 
 
 def _index_put(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer):
@@ -287,5 +234,5 @@ def _max_pool_backward(node: ExternNode, buffers: Dict[str, Buffer], out: Buffer
     return MaxPoolBackward, (grad, indices), {}
 
 
-_MAKERS = {aten.cat.default: _cat, aten.max_pool2d_with_indices_backward.default: _max_pool_backward, aten.embedding.default: _embedding, aten.gather.default: _gather,
+_MAKERS = {aten.max_pool2d_with_indices_backward.default: _max_pool_backward, aten.gather.default: _gather,
            aten.index_put.default: _index_put}

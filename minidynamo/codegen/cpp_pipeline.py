@@ -34,10 +34,9 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
                   if isinstance(t, torch.nn.Parameter)} | {
         n for n, t in lowering.constants.items() if isinstance(t, torch.nn.Parameter)}
     if not writes:
-        steps = use_gemms(steps, lowering.buffers, parameters)
+        steps = use_copies(use_gemms(steps, lowering.buffers, parameters), lowering.buffers)
         if lowering.size_vars is None:  # convolutions and indexed steps take static sizes only
             steps = use_indexed_steps(use_convs(steps, lowering.buffers), lowering.buffers)
-        steps = use_copies(steps, lowering.buffers)
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []
     if not writes:
