@@ -15,7 +15,7 @@ import torch
 from .cpp_gemm import GEMM_PARALLEL_MIN_MACS, blas_routines, blas_type
 from .graph_lowering import ExternArg
 from .ir import Buffer, ExternNode, contiguous_strides, numel
-from .scheduler import Step
+from .scheduler import Step, replace_externs
 
 CONV_DTYPES = (torch.float32, torch.float64)
 # Input windows gathered per tile (elements, on the stack): a tile stays in L2 between its gather
@@ -66,11 +66,7 @@ def generated_conv(x_size: Sequence[int], w_size: Sequence[int], out_size: Seque
 
 def use_convs(steps: Sequence[Step], buffers: Dict[str, Buffer]) -> List[Step]:
     """`steps` with each convolution the generated code can run turned into a Conv step."""
-    out: List[Step] = []
-    for step in steps:
-        conv = _as_conv(step, buffers, len(out)) if isinstance(step, ExternNode) else None
-        out.append(conv or step)
-    return out
+    return replace_externs(steps, lambda node, i: _as_conv(node, buffers, i))
 
 
 def _as_conv(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Optional[Conv]:

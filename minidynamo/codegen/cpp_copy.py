@@ -14,7 +14,7 @@ import torch
 
 from .graph_lowering import ExternArg
 from .ir import Buffer, ExternNode, numel
-from .scheduler import Step
+from .scheduler import Step, replace_externs
 from .sizes import is_symbolic, norm, size_code
 
 
@@ -74,11 +74,7 @@ _INDEX_DTYPES = (torch.int64, torch.int32)
 def use_copies(steps: Sequence[Step], buffers: Dict[str, Buffer]) -> List[Step]:
     """`steps` with each concatenation of same-dtype, same-rank inputs turned into a Copy step and
     each embedding or single-index row gather into a Gather step."""
-    out: List[Step] = []
-    for i, s in enumerate(steps):
-        new = (_as_copy(s, buffers, i) or _as_gather(s, buffers, i)) if isinstance(s, ExternNode) else None
-        out.append(new or s)
-    return out
+    return replace_externs(steps, lambda node, i: _as_copy(node, buffers, i) or _as_gather(node, buffers, i))
 
 
 def _as_gather(node: ExternNode, buffers: Dict[str, Buffer], index: int):

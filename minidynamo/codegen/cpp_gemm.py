@@ -15,7 +15,7 @@ import torch
 
 from .graph_lowering import ExternArg
 from .ir import Buffer, ExternNode, contiguous_strides, loads, numel
-from .scheduler import Step
+from .scheduler import Step, replace_externs
 from .sizes import any_symbolic
 
 _ROUTINES = {torch.float32: ("sgemm_", "float"), torch.float64: ("dgemm_", "double")}
@@ -76,10 +76,7 @@ def use_gemms(steps: Sequence[Step], buffers: Dict[str, Buffer], parameters: Set
     parameter's transpose that nothing else reads is read prepacked."""
     if blas_routines() is None:
         return list(steps)
-    out: List[Step] = []
-    for step in steps:
-        gemm = _as_gemm(step, buffers, len(out)) if isinstance(step, ExternNode) else None
-        out.append(gemm or step)
+    out = replace_externs(steps, lambda node, i: _as_gemm(node, buffers, i))
     other_reads = set().union(*(_reads(s) for s in out if not isinstance(s, Gemm)), set())
     for g in out:
         if isinstance(g, Gemm) and g.b.buffer not in other_reads and g.a.buffer != g.b.buffer:

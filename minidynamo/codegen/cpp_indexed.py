@@ -14,7 +14,7 @@ import torch
 from .cpp_tuning import PARALLEL_FOR, PARALLEL_MIN_WORK
 from .graph_lowering import ExternArg
 from .ir import Buffer, ExternNode, numel
-from .scheduler import Step
+from .scheduler import Step, replace_externs
 from .sizes import any_symbolic
 
 aten = torch.ops.aten
@@ -171,11 +171,7 @@ class MaxPoolBackward(IndexedStep):
 def use_indexed_steps(steps: Sequence[Step], buffers: Dict[str, Buffer]) -> List[Step]:
     """`steps` with each gather, accumulating index_put and max pooling backward
     that the loops can take (static sizes, one dtype, plain arguments) as an IndexedStep."""
-    out: List[Step] = []
-    for step in steps:
-        indexed = _as_indexed(step, buffers, len(out)) if isinstance(step, ExternNode) else None
-        out.append(indexed or step)
-    return out
+    return replace_externs(steps, lambda node, i: _as_indexed(node, buffers, i))
 
 
 def _as_indexed(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Optional[IndexedStep]:

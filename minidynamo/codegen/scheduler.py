@@ -14,7 +14,7 @@ by an earlier stage of the same outer iteration). Otherwise the kernel is closed
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 from .ir import (
     Expr, ExternNode, Index, IndexValue, Load, Node, PointwiseNode, ReductionNode,
@@ -65,6 +65,12 @@ class Kernel:
 
 
 Step = Union[Kernel, ExternNode]
+
+
+def replace_externs(steps: Sequence[Step], convert: Callable[[ExternNode, int], Optional[Any]]) -> List[Any]:
+    """`steps` with each extern call that `convert` (given the call and its position) can run in
+    the generated code replaced by the step it returns."""
+    return [(convert(s, i) if isinstance(s, ExternNode) else None) or s for i, s in enumerate(steps)]
 
 
 def _rename(e: Expr, env: Dict[str, Index]) -> Expr:
