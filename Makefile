@@ -8,14 +8,14 @@ CSRC := $(wildcard csrc/*.c csrc/*.h)
 # Torch is pinned so pip takes the CPU wheel from local disk instead of resolving a CUDA build.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup build demo test test-verify bench fuzz clean
+.PHONY: setup build demo test test-slow test-verify bench fuzz clean
 
 setup: $(STAMP) $(EXT_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q numpy pytest bytecode setuptools wheel transformers depyf matplotlib
+	$(PY) -m pip install -q numpy pytest pytest-xdist bytecode setuptools wheel transformers depyf matplotlib
 	$(PY) -m pip install -q --no-deps "triton>=3.4"
 	touch $@
 
@@ -29,8 +29,14 @@ build: setup
 demo: setup
 	PYTHONPATH=. $(PY) examples/demo.py
 
+# Tests run in TEST_WORKERS processes (pytest-xdist); the multi-process DDP/FSDP runs are marked slow and
+# run by `make test-slow`.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
+
+test-slow: setup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m slow tests
 
 # Differential fuzzing: N random programs and mutation sequences from SEED, each compiled call compared with
 # eager; every failing case is written as a standalone repro script into FUZZ_OUT.

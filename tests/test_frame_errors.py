@@ -87,7 +87,7 @@ def interrupt_compiles(backend, n_points, names=None):
 
 @pytest.mark.parametrize("backend", ["eager", "cpp"])
 def test_keyboard_interrupt_anywhere_in_compile_leaves_process_clean(backend):
-    interrupt_compiles(backend, 20)
+    interrupt_compiles(backend, 10)
 
 
 def test_keyboard_interrupt_while_entering_or_leaving_modes():
