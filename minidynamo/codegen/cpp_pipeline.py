@@ -10,6 +10,7 @@ import torch.fx
 
 from .cpp_build import load_library
 from .cpp_conv import Conv, generated_conv, use_convs
+from .cpp_conv_backward import ConvBackward, use_conv_backwards
 from .cpp_copy import use_copies
 from .cpp_gemm import Gemm, bind_blas, use_gemms
 from .cpp_indexed import use_indexed_steps
@@ -36,14 +37,15 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
     if not writes:
         steps = use_copies(use_gemms(steps, lowering.buffers, parameters), lowering.buffers)
         if lowering.size_vars is None:  # convolutions and indexed steps take static sizes only
-            steps = use_indexed_steps(use_convs(steps, lowering.buffers), lowering.buffers)
+            steps = use_indexed_steps(use_conv_backwards(use_convs(steps, lowering.buffers), lowering.buffers),
+                                      lowering.buffers)
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []
     if not writes:
         with hints_of(lowering.size_vars):
             source, rendered, groups = render_cpp(steps, lowering.buffers, keep, symbols)
         lib = load_library(source) if rendered else None
-        if any(isinstance(s, (Gemm, Conv)) for s in steps):
+        if any(isinstance(s, (Gemm, Conv, ConvBackward)) for s in steps):
             bind_blas(lib)
         return CppGraph(lowering, steps, lib, rendered, groups, source, gm.forward, parameters=parameters)
     specs = lowering.outputs[-len(writes):]

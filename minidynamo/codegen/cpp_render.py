@@ -15,6 +15,7 @@ import torch
 
 from .cpp_build import UNIT_BREAK
 from .cpp_conv import Conv, render_conv
+from .cpp_conv_backward import ConvBackward, render_conv_backward
 from .cpp_copy import Copy, Gather, render_copy, render_gather
 from .cpp_gemm import Gemm, blas_declarations, blas_definitions, render_gemm
 from .cpp_indexed import IndexedStep
@@ -515,7 +516,7 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
 
 
 # steps run by the generated code (the others are extern calls to torch)
-GENERATED = (Kernel, Gemm, Conv, IndexedStep, Copy, Gather)
+GENERATED = (Kernel, Gemm, Conv, ConvBackward, IndexedStep, Copy, Gather)
 _GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
 
 
@@ -658,6 +659,8 @@ def _render_step(k: Union[Kernel, Gemm, Conv, IndexedStep, Copy, Gather], buffer
         return CppKernel(k.name, *render_gemm(k, buffers, symbols))
     if isinstance(k, Conv):
         return CppKernel(k.name, *render_conv(k, buffers))
+    if isinstance(k, ConvBackward):
+        return CppKernel(k.name, *render_conv_backward(k, buffers))
     if isinstance(k, IndexedStep):
         return CppKernel(k.name, *k.render(buffers), can_fail=k.checked)
     if isinstance(k, Gather):
@@ -678,6 +681,6 @@ def render_cpp(steps: Sequence[Union[Step, Gemm, Conv, IndexedStep, Copy, Gather
     # each group with its kernels: the parts cpp_build may compile as separate translation units
     parts = [_group_part(g, by_name, buffers, symbols) for g in groups]
     head = PRELUDE + (OWNED_MEMORY if any(g.writeback for g in groups) else "")
-    if any(isinstance(k, (Gemm, Conv)) for k in steps):  # BLAS pointers declared in every unit, defined in one
+    if any(isinstance(k, (Gemm, Conv, ConvBackward)) for k in steps):  # BLAS pointers declared in every unit, defined in one
         head, parts = head + blas_declarations(), parts + [blas_definitions()]
     return head + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups

@@ -16,6 +16,7 @@ from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import perf
 from .cpp_conv import Conv
+from .cpp_conv_backward import ConvBackward
 from .cpp_gemm import Gemm, prepackable
 from .cpp_copy import Copy, Gather
 from .cpp_indexed import IndexedStep
@@ -274,7 +275,7 @@ class CppGraph(CompiledGraph):
         parts = []
         for name in group.kernels:
             k = by_name[name]
-            if isinstance(k, IndexedStep):
+            if isinstance(k, (IndexedStep, ConvBackward)):
                 parts.append(k.describe(self.buffers))
                 continue
             if isinstance(k, Gemm):
