@@ -101,3 +101,26 @@ def test_forward_saving_an_expanded_view_trains_compiled():
     assert len(graphs) == 2
     for g in graphs:
         assert len(g.groups) == 1 and not [s.fn for s in g.steps if isinstance(s, ExternNode)]
+
+
+def _rotary(q, cos, sin):
+    """Llama's rotary embedding: its backward scatters each half's gradient into a slice (slice_scatter)."""
+    half = q.shape[-1] // 2
+    rotated = torch.cat([-q[..., half:], q[..., :half]], -1)
+    return (q * cos + rotated * sin).softmax(-1)
+
+
+def test_rotary_backward_scatters_slices_inside_the_kernel_group():
+    q = torch.randn(2, 4, 6, 8, requires_grad=True)
+    angles = torch.arange(6.0)[:, None] * torch.arange(1.0, 9.0)
+    cos, sin = angles.cos(), angles.sin()
+    compiled = minidynamo.optimize("cpp")(_rotary)
+    before = _latest()
+    for _ in range(2):
+        for a, b in zip(_grads(compiled, q, cos, sin), _grads(_rotary, q, cos, sin)):
+            torch.testing.assert_close(a, b)
+    assert minidynamo.stats()["backend_fallbacks"] == 0
+    graphs = _new_graphs(before)
+    assert len(graphs) == 2
+    for g in graphs:
+        assert len(g.groups) == 1 and not [s.fn for s in g.steps if isinstance(s, ExternNode)]
