@@ -81,11 +81,33 @@ def family(name: str) -> str:
     return _configs(transformers)[name][0]
 
 
-def build(name: str, train: bool = False) -> Tuple[torch.nn.Module, tuple, dict]:
-    """A freshly seeded model (every build has the same weights) in train or eval mode, and its inputs."""
+class _Deterministic:
+    """`transformers` whose configs have every dropout, layer drop and training mask at probability 0."""
+
+    def __init__(self, transformers: Any) -> None:
+        self.transformers = transformers
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.transformers, name)
+        if not name.endswith("Config"):
+            return found
+
+        def config(**kwargs: Any) -> Any:
+            cfg = found(**kwargs)
+            for key, value in vars(cfg).items():
+                if isinstance(value, float) and ("drop" in key or (key.startswith("mask_") and key.endswith("_prob"))):
+                    setattr(cfg, key, 0.0)
+            return cfg
+        return config
+
+
+def build(name: str, train: bool = False, random: bool = True) -> Tuple[torch.nn.Module, tuple, dict]:
+    """A freshly seeded model (every build has the same weights) in train or eval mode, and its inputs;
+    `random=False`: without dropout or random training masks (a training step is then a function of
+    the weights and inputs alone, comparable between systems)."""
     import transformers
 
-    _, make_model, make_inputs = _configs(transformers)[name]
+    _, make_model, make_inputs = _configs(transformers if random else _Deterministic(transformers))[name]
     torch.manual_seed(0)
     model = make_model().train(train)
     args, kwargs = make_inputs()

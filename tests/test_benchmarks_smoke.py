@@ -93,20 +93,22 @@ def test_train_section_checks_against_eager_and_renders_its_rows(monkeypatch):
     monkeypatch.setattr(bench_train, "_cold_caches", lambda: None)  # leaves the caches as they are
     measured = bench_train.measure("cnn", "fwd+bwd", 2)
     assert set(measured["ms"]) == {"eager", "minidynamo eager"} and measured["first_s"]["eager"] >= 0
-    model, args = bench_train.build("cnn")
-    runs = {"eager": bench_train._fwd_bwd(model, args, "eager")}
-    other, _ = bench_train.build("cnn")
+    model, args, kwargs = bench_train._build("cnn")
+    runs = {"eager": bench_train._fwd_bwd(model, args, kwargs, "eager")}
+    other, _, _ = bench_train._build("cnn")
     with torch.no_grad():
         list(other.parameters())[-1].add_(1.0)  # the output layer's bias
-    runs["minidynamo eager"] = bench_train._fwd_bwd(other, args, "minidynamo eager")
+    runs["minidynamo eager"] = bench_train._fwd_bwd(other, args, kwargs, "minidynamo eager")
     with pytest.raises(AssertionError, match="minidynamo eager gradient"):
         bench_train._check("fwd+bwd", runs, {"eager": model, "minidynamo eager": other})
     row = {"model": "gpt2", "mode": "train step", "first_s": {"minidynamo cpp": 2.0, "torch inductor": 30.0},
            "ms": {"eager": 8.0, "minidynamo cpp": 4.0, "torch inductor": 5.0}}
     text = "\n".join(report.SECTIONS["train"]({"rows": [row, {"model": "bert", "mode": "fwd+bwd", "error": "boom"}],
                                                 "source": "transformers"}))
-    assert "| gpt2 | train step | 8.000 | 4.000 (2.00x) | 5.000 (1.60x) | 1.25 | 2.00 | 30.00 |" in text
+    assert "| gpt2 | train step | 8.000 | 4.000 (2.00x) | 5.000 (1.60x) | 1.25 | 2.00 | 30.00 | 0.07 | - |" in text
     assert "error: boom" in text
+    assert set(bench_train.MODELS) >= {"gpt2", "bert", "cnn", "llama", "t5", "vit", "wav2vec2"}
+    assert bench_train._modes("llama") == ("fwd+bwd",) and bench_train._modes("cnn") == bench_train.MODES
 
 
 def test_cppmodels_section_renders_its_rows_and_aims():

@@ -48,7 +48,7 @@ def test_generated_outputs_take_eagers_layout(backend):
 
 def test_expanded_output_keeps_eagers_zero_strides(backend):  # noqa: F811
     """An expanded output was returned as a dense copy: a later `.view(-1)` then succeeded where
-    eager's raises (fuzz seed 121636). Such a graph runs eagerly, as a counted fallback."""
+    eager's raises (fuzz seed 121636). It is one slice in memory viewed with eager's zero strides."""
     def expanded(a):
         y = a.sum(-1, keepdim=True) + a
         return y.expand(2, *y.shape)
@@ -58,8 +58,9 @@ def test_expanded_output_keeps_eagers_zero_strides(backend):  # noqa: F811
 
     a = torch.randn(3, 2, 4, 5)
     got, want = minidynamo.optimize(backend)(expanded)(a), expanded(a)
-    assert got.stride() == want.stride() and torch.equal(got, want)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want)
     minidynamo.reset()
     with pytest.raises(RuntimeError, match="view size is not compatible"):
         minidynamo.optimize(backend)(then_view)(a)
-    assert "expanded view" in str(minidynamo.counters.fallbacks[-1])
+    assert minidynamo.stats()["backend_fallbacks"] == 0

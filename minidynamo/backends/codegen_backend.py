@@ -19,6 +19,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from .. import config
 from ..counters import record_fallback
 from ..frame_hook import disabled
+from .mask_writes import rewrite_mask_writes
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ class CodegenBackend:
 
         if has_unused_ops(gm):  # aot_autograd drops them: eager's error in one would be lost
             check_eager_accepts_copies(gm, example_inputs)
+        gm = rewrite_mask_writes(gm)
 
         output = next(n for n in gm.graph.nodes if n.op == "output")
         single = not isinstance(output.args[0], (tuple, list))

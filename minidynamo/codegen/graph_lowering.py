@@ -401,17 +401,28 @@ class GraphLowering:
                 stride = n.meta.get("eager_stride") or (self.strides_of(meta) if isinstance(meta, torch.Tensor) else None)
                 if stride is not None and any(st == 0 and (is_symbolic(size) or size > 1)
                                               for size, st in zip(v.size, stride)):
-                    # an expanded view: a dense copy would let a later `.view()` succeed where
-                    # eager's raises (fuzz seed 121636)
-                    raise CannotCompile(f"output {n.name} is an expanded view (strides {tuple(stride)})")
-                if stride is not None and not is_non_overlapping(v.size, stride):
-                    stride = None
-                if isinstance(v, Strided) and v.buffer in self.relaid:
-                    v = Lazy(v.size, v.dtype, v.load)  # eager's layout, not the one chosen
-                s = self._claim(self.realize(v, stride), stride, key, owners)
-                spec = OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset)
+                    spec = self._expanded_output(v, tuple(stride), key, owners)
+                else:
+                    if stride is not None and not is_non_overlapping(v.size, stride):
+                        stride = None
+                    if isinstance(v, Strided) and v.buffer in self.relaid:
+                        v = Lazy(v.size, v.dtype, v.load)  # eager's layout, not the one chosen
+                    s = self._claim(self.realize(v, stride), stride, key, owners)
+                    spec = OutputSpec("buffer", s.buffer, s.size, s.stride, s.offset)
             spec.fresh = spec.buffer in input_buffers and n.op not in ("placeholder", "get_attr")
             self.outputs.append(spec)
+
+    def _expanded_output(self, v: Value, stride: Tuple, key: Any, owners: Dict[str, Any]) -> OutputSpec:
+        """An output eager returns as an expanded view (stride 0 along broadcast dims): one slice
+        along those dims in memory, viewed with stride 0 as eager's is, so a later `.view()` or
+        in-place write fails or succeeds as eager's does (a dense copy would not: fuzz seed 121636)."""
+        broadcast = tuple(st == 0 for st in stride)
+        size = tuple(1 if b else n for n, b in zip(v.size, broadcast))
+        slice_ = Lazy(size, v.dtype, lambda idx: v.load(tuple(Index() if b else i for i, b in zip(idx, broadcast))))
+        kept = stride if is_non_overlapping(size, stride) else None
+        s = self._claim(self.realize(slice_, kept, fresh=True), kept, key, owners)
+        out_stride = tuple(0 if b else st for st, b in zip(s.stride, broadcast))
+        return OutputSpec("buffer", s.buffer, tuple(v.size), out_stride, s.offset)
 
     def _claim(self, s: Strided, stride, key: Any, owners: Dict[str, Any]) -> Strided:
         """`s`, or a fresh copy of it when its buffer already belongs to another storage."""

@@ -323,8 +323,8 @@ def _full(L, node, *args, **kw):
     return _constant(node, value)
 
 
-@register(aten.fill.Scalar)
-def _fill(L, node, x, value):
+@register(aten.fill.Scalar, aten.full_like)
+def _fill(L, node, x, value, **kw):
     return _constant(node, value)
 
 

@@ -36,10 +36,26 @@ def decompositions() -> Dict:
         aten._native_batch_norm_legit, aten.native_group_norm, aten.linalg_vector_norm,
     ]))
     table.update(_foreach_decompositions())
+    table[aten.slice_scatter.default] = _slice_scatter_as_cat
     # torch's decomposition of CPU flash attention returns the attention weights where the op
     # returns the logsumexp, which the backward reads; it is also ~10x slower than the kernel.
     del table[aten._scaled_dot_product_flash_attention_for_cpu.default]
     return table
+
+
+def _slice_scatter_as_cat(base: torch.Tensor, src: torch.Tensor, dim: int = 0, start: Optional[int] = None,
+                          end: Optional[int] = None, step: int = 1) -> Any:
+    """`base` with `src` in the slice [start:end] of `dim` (a slice's backward, rotary embeddings'
+    halves) as the concatenation of base's part before the slice, src and base's part after it: a
+    copy step of the generated code, not a torch call. Strided or symbolic slices stay the op."""
+    n = base.shape[dim]
+    if step != 1 or src.dtype != base.dtype or src.dim() != base.dim() \
+            or any(isinstance(v, torch.SymInt) for v in (n, start, end, *base.shape, *src.shape)):
+        return NotImplemented
+    begin = slice(start, end).indices(n)[0]
+    stop = begin + src.shape[dim]
+    parts = [base.narrow(dim, 0, begin), src, base.narrow(dim, stop, n - stop)]
+    return torch.cat([p for p in parts if p.shape[dim] > 0] or [src], dim)
 
 
 # foreach ops that are not their op applied to each tensor (a norm, copies, reductions)
