@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import operator
+import struct
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -36,10 +38,48 @@ def decompositions() -> Dict:
         aten._native_batch_norm_legit, aten.native_group_norm, aten.linalg_vector_norm,
     ]))
     table.update(_foreach_decompositions())
+    table.update(_number_weighted_decompositions(table))
     # torch's decomposition of CPU flash attention returns the attention weights where the op
     # returns the logsumexp, which the backward reads; it is also ~10x slower than the kernel.
     del table[aten._scaled_dot_product_flash_attention_for_cpu.default]
     return table
+
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _as_dtype(value: float, dtype: torch.dtype) -> float:
+    """`value` rounded to `dtype` (float32 or float64), as eager's kernels hold a number argument."""
+    return struct.unpack("f", struct.pack("f", value))[0] if dtype == torch.float32 else float(value)
+
+
+def _number_weighted_decompositions(table: Dict) -> Dict:
+    """lerp, addcmul and addcdiv of same-dtype float tensors with a number weight, spelled as
+    eager's CPU kernels compute them. torch's decompositions make a tensor of the number and pass
+    through type-promotion wrappers, which costs most of an optimizer graph's re-trace (one call
+    per parameter); other dtypes keep torch's."""
+    table = {op: table[op] for op in (aten.lerp.Scalar, aten.addcmul.default, aten.addcdiv.default)}
+
+    def lerp(start, end, weight):
+        if start.dtype not in _FLOATS or end.dtype != start.dtype or not isinstance(weight, (int, float)):
+            return table[aten.lerp.Scalar](start, end, weight)
+        diff = aten.sub.Tensor(end, start)
+        w = _as_dtype(weight, start.dtype)
+        if abs(w) < 0.5:  # eager: from start for small weights, back from end for the others
+            return aten.add.Tensor(start, aten.mul.Tensor(diff, w))
+        return aten.sub.Tensor(end, aten.mul.Tensor(diff, _as_dtype(1 - w, start.dtype)))
+
+    def pointwise(op, combine):
+        def decomposition(self, tensor1, tensor2, *, value=1):
+            if self.dtype not in _FLOATS or {tensor1.dtype, tensor2.dtype} != {self.dtype} \
+                    or not isinstance(value, (int, float)) or isinstance(value, bool):
+                return table[op](self, tensor1, tensor2, value=value)
+            return aten.add.Tensor(self, combine(aten.mul.Tensor(tensor1, value), tensor2))
+        return decomposition
+
+    return {aten.lerp.Scalar: lerp,
+            aten.addcmul.default: pointwise(aten.addcmul.default, aten.mul.Tensor),
+            aten.addcdiv.default: pointwise(aten.addcdiv.default, aten.div.Tensor)}
 
 
 # foreach ops that are not their op applied to each tensor (a norm, copies, reductions)
@@ -81,6 +121,10 @@ def _hint(v: Any) -> Any:
     return optimization_hint(v) if isinstance(v, torch.SymInt) else v
 
 
+def autocast_enabled() -> bool:
+    return any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
+
+
 def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes: bool = False):
     """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples).
     Examples with symbolic sizes (fake tensors, SymInts) are traced as they are, in their shape env.
@@ -88,13 +132,16 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes:
     returns (outputs, (new value of each changed input, ...)) and `meta["input_writes"]` lists those
     inputs' positions (the caller copies the new values into them)."""
     symbolic = any(map(has_symbolic_sizes, example_inputs))
-    if any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda")):
+    if autocast_enabled():
         # make_fx runs autocast's cast of a module tensor (a stand-in, see _with_stand_ins) eagerly
         # and keeps the result as a constant: the kernels would read the stand-in's garbage
         raise CannotCompile("autocast is enabled")
     with unset_fake_temporarily():
         inputs = list(example_inputs) if symbolic else [
             torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in example_inputs]
+        if not symbolic and not input_writes and is_decomposed(gm):
+            _match_eager_outputs(gm, check_eager_accepts(gm, example_inputs))
+            return gm, inputs
         stand_ins: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         traceable = _with_stand_ins(gm, stand_ins)
     try:
@@ -125,6 +172,24 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes:
     else:
         _match_eager_outputs(traced, check_eager_accepts(gm, example_inputs))
     return traced, inputs
+
+
+def is_decomposed(gm: torch.fx.GraphModule) -> bool:
+    """Whether re-tracing `gm` would give the graph back: functional ATen ops, none of which we
+    or make_fx decompose, each node with its traced value, and module tensors only as constants
+    (an aot_autograd graph traced with our decompositions, see CodegenBackend.compile_autograd)."""
+    table = decompositions()
+    for node in gm.graph.nodes:
+        if node.op in ("call_module", "call_method"):
+            return False
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        op = node.target
+        if not isinstance(op, torch._ops.OpOverload) or op in table or op._schema.is_mutable \
+                or "val" not in node.meta \
+                or torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+            return False
+    return True
 
 
 def _take_input_writes(traced: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
