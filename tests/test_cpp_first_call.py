@@ -1,7 +1,7 @@
-"""What makes a cpp first call cheaper: aot_autograd graphs traced once (with our decompositions,
-no re-trace), the backward compiled with the forward and both libraries built in the background,
-straight-line functions built at -O1, and number-weighted lerp/addcmul/addcdiv decomposed as eager
-computes them. Results equal eager's; a library whose build fails runs its graph eagerly, counted."""
+"""What makes a cpp first call cheaper: the backward compiled with the forward and both libraries
+built in the background, straight-line functions built at -O1, and number-weighted
+lerp/addcmul/addcdiv decomposed as eager computes them, without torch's wrappers. Results equal
+eager's; a library whose build fails runs its graph eagerly, counted."""
 import pytest
 import torch
 
@@ -17,18 +17,14 @@ def _mlp():
     return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.LayerNorm(8), torch.nn.GELU(), torch.nn.Linear(8, 3))
 
 
-def test_fwd_bwd_traces_once_and_builds_the_backward_with_the_forward(monkeypatch):
+def test_fwd_bwd_builds_the_backward_with_the_forward():
     model, reference = _mlp(), _mlp()
-    retraces = []
-    real = trace._functional_trace
-    monkeypatch.setattr(trace, "_functional_trace", lambda *a, **k: retraces.append(1) or real(*a, **k))
     compiles = cpp_build.stats["compiles"]
     compiled = minidynamo.optimize("cpp")(model)
     x = torch.randn(5, 6)
     out = compiled(x)
     # both libraries were asked for before backward() ran
     assert cpp_build.stats["compiles"] - compiles == 2
-    assert retraces == []  # aot_autograd's graphs went to the lowering as they were
     expected = reference(x)
     torch.testing.assert_close(out, expected)
     out.square().sum().backward()

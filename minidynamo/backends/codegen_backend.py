@@ -170,7 +170,7 @@ class CodegenBackend:
     def compile_autograd(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
-        from ..codegen.trace import autocast_enabled, check_eager_accepts_copies, decompositions
+        from ..codegen.trace import check_eager_accepts_copies
 
         if has_unused_ops(gm):  # aot_autograd drops them: eager's error in one would be lost
             check_eager_accepts_copies(gm, example_inputs)
@@ -196,15 +196,11 @@ class CodegenBackend:
                 return make_boxed_func(compiled)
             return compile_part
 
-        # Traced with the code generators' decompositions, so that they need not re-trace the
-        # forward and backward graphs (codegen.trace.is_decomposed). Not under autocast, where
-        # they do not compile: the graphs then run eagerly with eager's own kernels and dtypes.
         # The backward compiles with the forward, not in the first backward(), so that the two
         # libraries build in parallel (codegen.cpp_build.load_library_later).
         with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
             compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed("forward"),
-                                             bw_compiler=boxed("backward"),
-                                             decompositions=None if autocast_enabled() else decompositions())
+                                             bw_compiler=boxed("backward"))
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def compile_no_grad(self, gm: torch.fx.GraphModule, body: torch.fx.GraphModule,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import operator
 import struct
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -121,10 +120,6 @@ def _hint(v: Any) -> Any:
     return optimization_hint(v) if isinstance(v, torch.SymInt) else v
 
 
-def autocast_enabled() -> bool:
-    return any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
-
-
 def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes: bool = False):
     """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples).
     Examples with symbolic sizes (fake tensors, SymInts) are traced as they are, in their shape env.
@@ -132,16 +127,13 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes:
     returns (outputs, (new value of each changed input, ...)) and `meta["input_writes"]` lists those
     inputs' positions (the caller copies the new values into them)."""
     symbolic = any(map(has_symbolic_sizes, example_inputs))
-    if autocast_enabled():
+    if any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda")):
         # make_fx runs autocast's cast of a module tensor (a stand-in, see _with_stand_ins) eagerly
         # and keeps the result as a constant: the kernels would read the stand-in's garbage
         raise CannotCompile("autocast is enabled")
     with unset_fake_temporarily():
         inputs = list(example_inputs) if symbolic else [
             torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) for t in example_inputs]
-        if not symbolic and not input_writes and is_decomposed(gm):
-            _match_eager_outputs(gm, check_eager_accepts(gm, example_inputs))
-            return gm, inputs
         stand_ins: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         traceable = _with_stand_ins(gm, stand_ins)
     try:
@@ -172,24 +164,6 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes:
     else:
         _match_eager_outputs(traced, check_eager_accepts(gm, example_inputs))
     return traced, inputs
-
-
-def is_decomposed(gm: torch.fx.GraphModule) -> bool:
-    """Whether re-tracing `gm` would give the graph back: functional ATen ops, none of which we
-    or make_fx decompose, each node with its traced value, and module tensors only as constants
-    (an aot_autograd graph traced with our decompositions, see CodegenBackend.compile_autograd)."""
-    table = decompositions()
-    for node in gm.graph.nodes:
-        if node.op in ("call_module", "call_method"):
-            return False
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        op = node.target
-        if not isinstance(op, torch._ops.OpOverload) or op in table or op._schema.is_mutable \
-                or "val" not in node.meta \
-                or torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
-            return False
-    return True
 
 
 def _take_input_writes(traced: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
