@@ -4,6 +4,7 @@ To keep g++ invocations few, ops are batched: one graph computes a whole family 
 once (module-scoped fixture), and each op is then checked by its own parametrized test.
 """
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -518,10 +519,13 @@ def test_corrupt_cache_entry_is_rebuilt(tmp_path, no_compile_cxx):
     (so,) = [os.path.join(cache, "cpp", f) for f in os.listdir(os.path.join(cache, "cpp")) if f.endswith(".so")]
     with open(so, "r+b") as f:
         f.truncate(os.path.getsize(so) // 2)
-    # With compilation disabled the truncated library must be rejected, never loaded.
+    # With compilation disabled the truncated library must be rejected, never loaded: the rebuild
+    # fails (in the background, so the graph's first call runs it eagerly).
     proc = subprocess.run([sys.executable, "-c", CHILD, cache], capture_output=True, text=True,
                           env={**os.environ, "CXX": no_compile_cxx}, cwd=ROOT)
-    assert proc.returncode != 0 and "compiling is disabled" in proc.stderr
+    assert proc.returncode == 0 and "compiling is disabled" in proc.stderr, proc.stderr
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert failed["ok"] and failed["rejected"] == 1 and failed["disk_hits"] == 0
     rebuilt = run_child(cache)
     assert rebuilt["ok"] and rebuilt["rejected"] == 1 and rebuilt["compiles"] == 1
     assert run_child(cache, {"CXX": no_compile_cxx})["disk_hits"] == 1

@@ -187,9 +187,9 @@ class CodegenBackend:
             gm.recompile()
 
         def boxed(role: str) -> Callable:
-            # The backward compiles lazily, in the first backward(): when that runs inside a
-            # compiled frame (a whole train step) the frame hook is on, and would convert the
-            # graph's own code again while the code generator re-traces it.
+            # Never under the frame hook, which would convert the graph's own code again: where
+            # aot_autograd compiles a backward lazily, in the first backward(), that runs inside
+            # a compiled frame (a whole train step) with the hook on.
             @disabled
             def compile_part(g: torch.fx.GraphModule, inputs: List[torch.Tensor]) -> Callable:
                 compiled = self.compile_inference(g, inputs)
@@ -198,8 +198,11 @@ class CodegenBackend:
                 return make_boxed_func(compiled)
             return compile_part
 
-        compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed("forward"),
-                                         bw_compiler=boxed("backward"))
+        # The backward compiles with the forward, not in the first backward(), so that the two
+        # libraries build in parallel (codegen.cpp_build.load_library_later).
+        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+            compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed("forward"),
+                                             bw_compiler=boxed("backward"))
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def compile_no_grad(self, gm: torch.fx.GraphModule, body: torch.fx.GraphModule,

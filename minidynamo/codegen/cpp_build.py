@@ -9,6 +9,7 @@ A large library builds as several translation units in parallel; a long build sh
 """
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
 import hashlib
@@ -16,7 +17,8 @@ import json
 import os
 import subprocess
 import tempfile
-from typing import Dict, List, Optional, Tuple
+import threading
+from typing import Callable, Dict, List, Optional, Tuple
 
 from . import disk_cache
 from .build_progress import BuildProgress
@@ -35,6 +37,9 @@ UNIT_MIN_KERNELS = 16
 
 stats: Dict[str, int] = {"compiles": 0, "disk_hits": 0, "memory_hits": 0, "rejected": 0}
 _loaded = disk_cache.Loaded(stats)
+_builder = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="minidynamo-build")
+_building: Dict[str, "concurrent.futures.Future[ctypes.CDLL]"] = {}  # by key, until built
+_building_lock = threading.Lock()
 
 
 def compiler() -> str:
@@ -58,11 +63,36 @@ def cache_key(source: str) -> str:
 
 def load_library(source: str) -> ctypes.CDLL:
     """Return the loaded library for `source`, compiling it only if no valid cache entry exists."""
-    return _loaded.get(cache_key(source), lambda key: _load_or_build(source, key))
+    directory = disk_cache.directory("cpp")
+    return _loaded.get(cache_key(source), lambda key: _load_or_build(source, key, directory))
 
 
-def _load_or_build(source: str, key: str) -> ctypes.CDLL:
-    so_path = os.path.join(disk_cache.directory("cpp"), key + ".so")
+def load_library_later(source: str) -> Callable[[], ctypes.CDLL]:
+    """Start loading (or building) the library for `source` in the background; returns the
+    function that waits for it and returns it, or raises what its build raised. Libraries of
+    graphs compiled one after another (a forward and its backward) so build in parallel, and
+    while the compiler goes on with Python work."""
+    directory, key = disk_cache.directory("cpp"), cache_key(source)
+    loaded = _loaded.cached(key)
+    if loaded is not None:
+        return lambda: loaded
+    with _building_lock:
+        future = _building.get(key)
+        if future is not None:  # another graph's library, being built
+            stats["memory_hits"] += 1
+            return future.result
+        future = _building[key] = _builder.submit(_loaded.get, key, lambda key: _load_or_build(source, key, directory))
+    future.add_done_callback(lambda _: _done_building(key))
+    return future.result
+
+
+def _done_building(key: str) -> None:
+    with _building_lock:
+        del _building[key]
+
+
+def _load_or_build(source: str, key: str, directory: str) -> ctypes.CDLL:
+    so_path = os.path.join(directory, key + ".so")
     lib = _load_cached(so_path, key)
     if lib is not None:
         stats["disk_hits"] += 1

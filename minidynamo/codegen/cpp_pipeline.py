@@ -3,19 +3,21 @@ build -> a CppGraph calling the kernels."""
 from __future__ import annotations
 
 import collections
-from typing import Dict, Sequence, Set, Union
+import ctypes
+import functools
+from typing import Callable, Dict, Sequence, Set, Union
 
 import torch
 import torch.fx
 
-from .cpp_build import load_library
-from .cpp_conv import Conv, generated_conv, use_convs
-from .cpp_conv_backward import ConvBackward, use_conv_backwards
+from .cpp_build import load_library_later
+from .cpp_conv import generated_conv, use_convs
+from .cpp_conv_backward import use_conv_backwards
 from .cpp_copy import use_copies
-from .cpp_gemm import Gemm, bind_blas, use_gemms
+from .cpp_gemm import bind_blas, use_gemms
 from .cpp_indexed import use_indexed_steps
 from .errors import CannotCompile
-from .cpp_render import render_cpp
+from .cpp_render import BLAS_STEPS, render_cpp
 from .cpp_wrapper import CppGraph
 from .graph_lowering import GraphLowering, is_dense
 from .ir import ExternNode
@@ -44,10 +46,8 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
     if not writes:
         with hints_of(lowering.size_vars):
             source, rendered, groups = render_cpp(steps, lowering.buffers, keep, symbols)
-        lib = load_library(source) if rendered else None
-        if any(isinstance(s, (Gemm, Conv, ConvBackward)) for s in steps):
-            bind_blas(lib)
-        return CppGraph(lowering, steps, lib, rendered, groups, source, gm.forward, parameters=parameters)
+        return CppGraph(lowering, steps, _library(source, steps) if rendered else None, rendered, groups,
+                        source, gm.forward, parameters=parameters)
     specs = lowering.outputs[-len(writes):]
     inputs = set(lowering.input_names) | set(lowering.constants)
     if any(o.kind == "buffer" and o.buffer in inputs for o in specs):
@@ -58,10 +58,24 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
     for spec in specs:
         if spec.buffer in done:  # copied by its kernel group: the graph returns None for it
             spec.kind, spec.constant = "constant", None
-    lib = load_library(source) if rendered else None
-    graph = CppGraph(lowering, steps, lib, rendered, groups, source,
+    graph = CppGraph(lowering, steps, _library(source, steps) if rendered else None, rendered, groups, source,
                      lambda *args: (gm.forward(*args), None), written={in_kernels[b] for b in done})
     return InputWriting(graph, writes)
+
+
+def _library(source: str, steps: Sequence[Step]) -> Callable[[], ctypes.CDLL]:
+    """Waits for the library of `source`, built in the background, with the BLAS routines its
+    products call bound once it is loaded."""
+    wait = load_library_later(source)
+    if not any(isinstance(s, BLAS_STEPS) for s in steps):
+        return wait
+
+    @functools.lru_cache(maxsize=None)
+    def loaded() -> ctypes.CDLL:
+        lib = wait()
+        bind_blas(lib)
+        return lib
+    return loaded
 
 
 def _writes_in_kernels(lowering: GraphLowering, steps: Sequence[Step], writes: Sequence[int],

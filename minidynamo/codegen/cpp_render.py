@@ -8,6 +8,7 @@ Which loops run in parallel, spill, stream or prefetch is decided in cpp_tuning.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -517,6 +518,8 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
 
 # steps run by the generated code (the others are extern calls to torch)
 GENERATED = (Kernel, Gemm, Conv, ConvBackward, IndexedStep, Copy, Gather)
+# The steps that call BLAS routines (bound once the library is loaded).
+BLAS_STEPS = (Gemm, Conv, ConvBackward)
 _GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
 
 
@@ -612,7 +615,7 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: D
     params = [f"{'' if b in written else 'const '}{CTYPES[buffers[b].dtype]}* __restrict__ {b}"
               for b in group.args] + (["char* md_scratch"] if group.scratch else []) + [
         f"int64_t {s}" for s in symbols] + ["int nthreads"]
-    lines = [f'extern "C" {"int" if group.can_fail else "void"} {group.name}({", ".join(params)}) {{']
+    lines = [f'extern "C" {LIGHT}{"int" if group.can_fail else "void"} {group.name}({", ".join(params)}) {{']
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
@@ -628,6 +631,23 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: D
     for b, x in group.writeback.items():
         lines.append(f"  __builtin_memcpy({x}, {b}, {buffers[b].span_bytes()});")
     return "\n".join(lines + ["  return 0;"] * group.can_fail) + "\n}\n"
+
+
+# gcc -O3 spends most of an optimizer library's build on its straight-line functions (a group's
+# calls and copies, the per-parameter scalars before the multi-tensor calls): register allocation
+# over hundreds of pointer arguments. They run no loop worth optimising: they build at -O1.
+LIGHT = '[[gnu::optimize("O1")]] '
+_LOOP = re.compile(r"\b(for|while|do)\b")
+_TABLE_CALL = re.compile(r"^\s*for \(int64_t t = 0; t < \d+; t\+\+\) \w+\([^;{]*\);$")
+
+
+def straight_line_light(source: str, name: str) -> str:
+    """`source` with the function `name` (defined last in it) built at -O1 when it runs no loop
+    other than multi-tensor table calls."""
+    start = source.rfind(f"static void {name}(")
+    if start < 0 or any(_LOOP.search(line) and not _TABLE_CALL.match(line) for line in source[start:].splitlines()):
+        return source
+    return source[:start] + LIGHT + source[start:]
 
 
 def _call_args(args: List[str], symbols: Sequence[str]) -> List[str]:
@@ -647,7 +667,7 @@ def _group_part(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: Dic
         callee, args = shared.get(k, (k, rendered[k].args))
         if callee == k:
             sources.append(shared_kernel_source(rendered[k].source, len(args) > len(rendered[k].args))
-                           if k in shared else rendered[k].source)
+                           if k in shared else straight_line_light(rendered[k].source, k))
     return "\n".join(sources + [_group_source(group, rendered, buffers, symbols, shared)])
 
 
@@ -681,6 +701,6 @@ def render_cpp(steps: Sequence[Union[Step, Gemm, Conv, IndexedStep, Copy, Gather
     # each group with its kernels: the parts cpp_build may compile as separate translation units
     parts = [_group_part(g, by_name, buffers, symbols) for g in groups]
     head = PRELUDE + (OWNED_MEMORY if any(g.writeback for g in groups) else "")
-    if any(isinstance(k, (Gemm, Conv, ConvBackward)) for k in steps):  # BLAS pointers declared in every unit, defined in one
+    if any(isinstance(k, BLAS_STEPS) for k in steps):  # BLAS pointers declared in every unit, defined in one
         head, parts = head + blas_declarations(), parts + [blas_definitions()]
     return head + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups

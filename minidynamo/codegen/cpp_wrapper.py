@@ -184,15 +184,33 @@ class _Names:
         return f"_Buffer({buf.name!r}, {tuple_code(buf.size)}, {tuple_code(buf.stride)}, {self.const(buf.dtype)})"
 
 
+class _GroupBinding:
+    """A kernel group's entry in a graph's call until its library is loaded: the first call waits
+    for the library (a failed build raises here, and the graph runs eagerly, see
+    run_eagerly_after), binds the group's function and puts it in its own place."""
+
+    def __init__(self, library: Callable[[], ctypes.CDLL], group: KernelGroup, argtypes: list,
+                 globals_: Dict[str, Any]):
+        self.library, self.group, self.argtypes, self.globals = library, group, argtypes, globals_
+
+    def __call__(self, *args: Any) -> Any:
+        fn = getattr(self.library(), self.group.name)
+        fn.argtypes = self.argtypes
+        fn.restype = ctypes.c_int if self.group.can_fail else None
+        self.globals[f"_{self.group.name}"] = fn
+        return fn(*args)
+
+
 class CppGraph(CompiledGraph):
     """A compiled graph whose call is one generated straight-line Python function: locals instead
     of an environment dict, one prebound ctypes call per kernel group, layouts decided at compile
     time; only a stride comparison per input stays on the per-call path."""
 
-    def __init__(self, lowering: GraphLowering, steps: List[Step], lib: Optional[ctypes.CDLL],
+    def __init__(self, lowering: GraphLowering, steps: List[Step], library: Optional[Callable[[], ctypes.CDLL]],
                  rendered: Sequence[CppKernel], groups: Sequence[KernelGroup], source: str,
                  fallback: Callable, written: Set[str] = frozenset(), parameters: Set[str] = frozenset()):
-        self._lib = lib  # keeps the library loaded as long as this graph lives
+        """`library`: waits for the kernels' library (being built, see cpp_build.load_library_later)."""
+        self._library = library  # keeps the library loaded as long as this graph lives
         self.groups = list(groups)
         super().__init__(lowering, steps, rendered, source, fallback)
         # inputs a kernel group writes: one laid out otherwise runs eagerly (a copy would take the write)
@@ -324,12 +342,10 @@ class CppGraph(CompiledGraph):
 
     def _group_lines(self, group: KernelGroup, names: "_Names") -> Tuple[List[str], List[str]]:
         """Allocating what the kernel group writes, and calling it."""
-        fn = getattr(self._lib, group.name)
         symbols = self.size_vars.symbols if self.size_vars is not None else []
-        fn.argtypes = ([ctypes.c_void_p] * (len(group.args) + bool(group.scratch)) + [ctypes.c_int64] * len(symbols)
-                       + [ctypes.c_int])
-        fn.restype = ctypes.c_int if group.can_fail else None
-        names.globals[f"_{group.name}"] = fn
+        argtypes = ([ctypes.c_void_p] * (len(group.args) + bool(group.scratch)) + [ctypes.c_int64] * len(symbols)
+                    + [ctypes.c_int])
+        names.globals[f"_{group.name}"] = _GroupBinding(self._library, group, argtypes, names.globals)
         lines: List[str] = []
         if group.scratch:
             lines.append(f"    scratch = _empty(({group.scratch_bytes},), (1,), {names.const(torch.uint8)})")

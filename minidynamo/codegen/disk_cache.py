@@ -46,14 +46,28 @@ class Loaded:
         self.stats = stats
         self._items: Dict[str, Any] = {}
         self._lock = threading.Lock()
+        self._loading: Dict[str, threading.Lock] = {}  # one per key: builds of other keys run meanwhile
 
-    def get(self, key: str, load: Callable[[str], Any]) -> Any:
+    def cached(self, key: str) -> Any:
+        """The entry if it is loaded (a memory hit), else None."""
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self.stats["memory_hits"] += 1
-                return hit
-            hit = self._items[key] = load(key)
+            return hit
+
+    def get(self, key: str, load: Callable[[str], Any]) -> Any:
+        hit = self.cached(key)
+        if hit is not None:
+            return hit
+        with self._lock:
+            loading = self._loading.setdefault(key, threading.Lock())
+        with loading:
+            hit = self.cached(key)
+            if hit is None:
+                hit = load(key)
+                with self._lock:
+                    self._items[key] = hit
             return hit
 
     def clear(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import struct
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -37,6 +38,7 @@ def decompositions() -> Dict:
     ]))
     table.update(_foreach_decompositions())
     table[aten.slice_scatter.default] = _slice_scatter_as_cat
+    table.update(_number_weighted_decompositions(table))
     # torch's decomposition of CPU flash attention returns the attention weights where the op
     # returns the logsumexp, which the backward reads; it is also ~10x slower than the kernel.
     del table[aten._scaled_dot_product_flash_attention_for_cpu.default]
@@ -56,6 +58,43 @@ def _slice_scatter_as_cat(base: torch.Tensor, src: torch.Tensor, dim: int = 0, s
     stop = begin + src.shape[dim]
     parts = [base.narrow(dim, 0, begin), src, base.narrow(dim, stop, n - stop)]
     return torch.cat([p for p in parts if p.shape[dim] > 0] or [src], dim)
+
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _as_dtype(value: float, dtype: torch.dtype) -> float:
+    """`value` rounded to `dtype` (float32 or float64), as eager's kernels hold a number argument."""
+    return struct.unpack("f", struct.pack("f", value))[0] if dtype == torch.float32 else float(value)
+
+
+def _number_weighted_decompositions(table: Dict) -> Dict:
+    """lerp, addcmul and addcdiv of same-dtype float tensors with a number weight, spelled as
+    eager's CPU kernels compute them. torch's decompositions make a tensor of the number and pass
+    through type-promotion wrappers, which costs most of an optimizer graph's re-trace (one call
+    per parameter); other dtypes keep torch's."""
+    table = {op: table[op] for op in (aten.lerp.Scalar, aten.addcmul.default, aten.addcdiv.default)}
+
+    def lerp(start, end, weight):
+        if start.dtype not in _FLOATS or end.dtype != start.dtype or not isinstance(weight, (int, float)):
+            return table[aten.lerp.Scalar](start, end, weight)
+        diff = aten.sub.Tensor(end, start)
+        w = _as_dtype(weight, start.dtype)
+        if abs(w) < 0.5:  # eager: from start for small weights, back from end for the others
+            return aten.add.Tensor(start, aten.mul.Tensor(diff, w))
+        return aten.sub.Tensor(end, aten.mul.Tensor(diff, _as_dtype(1 - w, start.dtype)))
+
+    def pointwise(op, combine):
+        def decomposition(self, tensor1, tensor2, *, value=1):
+            if self.dtype not in _FLOATS or {tensor1.dtype, tensor2.dtype} != {self.dtype} \
+                    or not isinstance(value, (int, float)) or isinstance(value, bool):
+                return table[op](self, tensor1, tensor2, value=value)
+            return aten.add.Tensor(self, combine(aten.mul.Tensor(tensor1, value), tensor2))
+        return decomposition
+
+    return {aten.lerp.Scalar: lerp,
+            aten.addcmul.default: pointwise(aten.addcmul.default, aten.mul.Tensor),
+            aten.addcdiv.default: pointwise(aten.addcdiv.default, aten.div.Tensor)}
 
 
 # foreach ops that are not their op applied to each tensor (a norm, copies, reductions)
