@@ -4,6 +4,9 @@ import pytest
 
 from benchmarks import ddp_worker
 
+# Multi-process runs of about 30 s: `make test-slow`, kept out of `make test`'s 10 minutes.
+pytestmark = pytest.mark.slow
+
 SMALL = dict(width=64, layers=6, bucket_cap_mb=0.02, batch=8, steps=4)  # two layers fill a bucket
 # DDP's default caps: a 1 MiB first bucket (the last layer alone), then 25 MiB (all the rest).
 DEFAULT_CAPS = dict(width=512, layers=4, bucket_cap_mb=None, batch=8, steps=3)

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+# Multi-process runs of about 30 s: `make test-slow`, kept out of `make test`'s 10 minutes.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("fsdp_worker.py")
 CASES = [("per_layer", "eager"), ("per_layer", "cpp"), ("whole", "eager"), ("whole", "cpp")]
 LAYERS = 4
