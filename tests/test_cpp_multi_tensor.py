@@ -9,7 +9,7 @@ import torch
 import minidynamo
 from minidynamo import counters, perf
 from minidynamo.codegen.cpp_multi_tensor import HELPER
-from test_cpp_train_step import IDS, KINDS, OPTIMIZERS
+from test_cpp_train_step import IDS, KINDS, OPTIMIZERS, optimizer_step
 
 STEPS = 5
 
@@ -51,11 +51,7 @@ def _run(kind, foreach, layers=3, steps=STEPS, between=None):
     (model_e, opt_e), (model_c, opt_c) = _setup(kind, foreach, layers), _setup(kind, foreach, layers)
     before = set(map(id, perf._graphs))
 
-    def step(opt):
-        opt.step()
-        opt.zero_grad()
-
-    compiled = minidynamo.optimize("cpp")(lambda: step(opt_c))
+    compiled = minidynamo.optimize("cpp")(lambda: optimizer_step(opt_c))
     torch.manual_seed(1)
     for i in range(steps):
         if between is not None and i == steps // 2:
@@ -63,7 +59,7 @@ def _run(kind, foreach, layers=3, steps=STEPS, between=None):
         x = torch.randn(5, 4)
         for model in (model_e, model_c):
             model(x).backward()
-        step(opt_e)
+        optimizer_step(opt_e)
         compiled()
     _assert_same(model_c, opt_c, model_e, opt_e)
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)

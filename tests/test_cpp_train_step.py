@@ -30,21 +30,22 @@ def _assert_same(model_a, opt_a, model_e, opt_e, **tol):
             torch.testing.assert_close(opt_a.state[p_a][key], opt_e.state[p_e][key], **tol)
 
 
+def optimizer_step(opt: torch.optim.Optimizer) -> None:
+    opt.step()
+    opt.zero_grad()
+
+
 @pytest.mark.parametrize("kind,foreach", KINDS, ids=IDS)
 def test_optimizer_step_runs_as_cpp_kernels_and_equals_eager(kind, foreach):
     (model_e, opt_e), (model_c, opt_c) = _setup(kind, foreach), _setup(kind, foreach)
 
-    def step(opt):
-        opt.step()
-        opt.zero_grad()
-
-    compiled = minidynamo.optimize("cpp")(lambda: step(opt_c))
+    compiled = minidynamo.optimize("cpp")(lambda: optimizer_step(opt_c))
     torch.manual_seed(1)
     for _ in range(STEPS):
         x = torch.randn(5, 4)
         for model in (model_e, model_c):
             model(x).pow(2).mean().backward()  # equal gradients: only the update is compared
-        step(opt_e)
+        optimizer_step(opt_e)
         compiled()
     _assert_same(model_c, opt_c, model_e, opt_e)  # the tolerance of tests/test_conformance_optim.py
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
