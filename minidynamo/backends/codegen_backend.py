@@ -170,6 +170,7 @@ class CodegenBackend:
 
     def compile_autograd(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
 
         from ..codegen.trace import check_eager_accepts_copies
 
@@ -199,10 +200,15 @@ class CodegenBackend:
             return compile_part
 
         # The backward compiles with the forward, not in the first backward(), so that the two
-        # libraries build in parallel (codegen.cpp_build.load_library_later).
-        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
-            compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed("forward"),
-                                             bw_compiler=boxed("backward"))
+        # libraries build in parallel (codegen.cpp_build.load_library_later). The forward saves
+        # for the backward what torch's min-cut partitioner chooses (as inductor's does): views,
+        # transposes and cheap pointwise values are recomputed in the backward's kernels instead
+        # of returned, each a tensor the forward's wrapper makes and aot_autograd's runtime and
+        # the autograd engine handle (llama fwd+bwd: 62 saved values instead of 81, 13% faster).
+        # Without its CSE pass, which imports inductor's pattern matcher (about 1 s, once).
+        with torch._functorch.config.patch(force_non_lazy_backward_lowering=True, cse=False):
+            compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed("forward"), bw_compiler=boxed("backward"),
+                                             partition_fn=min_cut_rematerialization_partition)
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def compile_no_grad(self, gm: torch.fx.GraphModule, body: torch.fx.GraphModule,
