@@ -10,6 +10,7 @@ from typing import Callable, Dict, Sequence, Set, Union
 import torch
 import torch.fx
 
+from .cpp_attention import use_attention
 from .cpp_build import load_library_later
 from .cpp_conv import generated_conv, use_convs
 from .cpp_conv_backward import use_conv_backwards
@@ -41,6 +42,7 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
         if lowering.size_vars is None:  # convolutions and indexed steps take static sizes only
             steps = use_indexed_steps(use_conv_backwards(use_convs(steps, lowering.buffers), lowering.buffers),
                                       lowering.buffers)
+            steps = use_attention(steps, lowering.buffers)
     keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}
     symbols = [str(s) for s in lowering.size_vars.symbols] if lowering.size_vars is not None else []
     if not writes:

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 import torch
 
 from .cpp_build import UNIT_BREAK
+from .cpp_attention import Attention
 from .cpp_conv import Conv, render_conv
 from .cpp_conv_backward import ConvBackward, render_conv_backward
 from .cpp_copy import Copy, Gather, render_copy, render_gather
@@ -517,7 +518,7 @@ def _nest(loops: List[Tuple[str, str]], body: List[str]) -> List[str]:
 
 
 # steps run by the generated code (the others are extern calls to torch)
-GENERATED = (Kernel, Gemm, Conv, ConvBackward, IndexedStep, Copy, Gather)
+GENERATED = (Kernel, Gemm, Conv, ConvBackward, IndexedStep, Copy, Gather, Attention)
 # The steps that call BLAS routines (bound once the library is loaded).
 BLAS_STEPS = (Gemm, Conv, ConvBackward)
 _GROUP_LOCAL_BYTES = 16 << 10  # stack room a kernel group gives its intermediates
@@ -683,6 +684,8 @@ def _render_step(k: Union[Kernel, Gemm, Conv, IndexedStep, Copy, Gather], buffer
         return CppKernel(k.name, *render_conv_backward(k, buffers))
     if isinstance(k, IndexedStep):
         return CppKernel(k.name, *k.render(buffers), can_fail=k.checked)
+    if isinstance(k, Attention):
+        return CppKernel(k.name, *k.render(buffers))
     if isinstance(k, Gather):
         return CppKernel(k.name, *render_gather(k, buffers, CTYPES, symbols), can_fail=True)
     return CppKernel(k.name, *render_copy(k, buffers, CTYPES[k.dtype], symbols))

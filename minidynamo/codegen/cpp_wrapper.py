@@ -15,6 +15,7 @@ import torch
 from torch.utils._pytree import tree_map, tree_unflatten
 
 from .. import perf
+from .cpp_attention import Attention
 from .cpp_conv import Conv
 from .cpp_conv_backward import ConvBackward
 from .cpp_gemm import Gemm, prepackable
@@ -293,7 +294,7 @@ class CppGraph(CompiledGraph):
         parts = []
         for name in group.kernels:
             k = by_name[name]
-            if isinstance(k, (IndexedStep, ConvBackward)):
+            if isinstance(k, (IndexedStep, ConvBackward, Attention)):
                 parts.append(k.describe(self.buffers))
                 continue
             if isinstance(k, Gemm):
