@@ -9,12 +9,14 @@ and errors are eager's own.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
-from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.utils._pytree import tree_flatten
 
 from .. import config
 from ..counters import record_fallback
@@ -119,6 +121,36 @@ def eager_reason(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional
     return None
 
 
+def output_strides(gm: torch.fx.GraphModule, compiled: Any) -> Dict[str, tuple]:
+    """The strides of a compiled graph's tensor outputs, by output node name (static sizes only)."""
+    specs = getattr(compiled, "outputs", None)
+    nodes = tree_flatten(next(n for n in gm.graph.nodes if n.op == "output").args[0])[0]
+    if specs is None or len(specs) != len(nodes):
+        return {}
+    return {n.name: tuple(o.stride) for n, o in zip(nodes, specs) if isinstance(n, torch.fx.Node)
+            and o.kind == "buffer" and all(isinstance(st, int) for st in o.stride)}
+
+
+def as_saved(gm: torch.fx.GraphModule, inputs: List[Any], strides: Dict[str, tuple]) -> List[Any]:
+    """A backward's example inputs with the saved tensors laid out as the compiled forward returns
+    them (aot_autograd names each after the forward output it is). aot_autograd's trace lays them
+    out as the meta functions do, which eager's kernels, and so the compiled forward, may not (t5's
+    attention scores: the transpose of a view the kernel made contiguous): a saved tensor laid out
+    otherwise than its backward was compiled for is copied on every call."""
+    from ..codegen.sizes import has_symbolic_sizes
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = list(inputs)
+    for i, (node, t) in enumerate(zip(placeholders, inputs)):
+        stride = strides.get(node.name)
+        if stride is None or not isinstance(t, torch.Tensor) or has_symbolic_sizes(t) \
+                or len(stride) != t.dim() or tuple(t.stride()) == stride:
+            continue
+        with (t.fake_mode if isinstance(t, FakeTensor) else contextlib.nullcontext()):
+            out[i] = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device, requires_grad=t.requires_grad)
+    return out
+
+
 def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
     if not torch.is_grad_enabled():
         return False
@@ -187,15 +219,21 @@ class CodegenBackend:
             out.args = ((out.args[0],),)
             gm.recompile()
 
+        saved: Dict[str, tuple] = {}  # forward output -> the strides its compiled graph gives it
+
         def boxed(role: str) -> Callable:
             # Never under the frame hook, which would convert the graph's own code again: where
             # aot_autograd compiles a backward lazily, in the first backward(), that runs inside
             # a compiled frame (a whole train step) with the hook on.
             @disabled
             def compile_part(g: torch.fx.GraphModule, inputs: List[torch.Tensor]) -> Callable:
+                if role == "backward":
+                    inputs = as_saved(g, inputs, saved)
                 compiled = self.compile_inference(g, inputs)
                 if hasattr(compiled, "times"):  # named in profiles
                     compiled.times.role = role
+                if role == "forward":
+                    saved.update(output_strides(g, compiled))
                 return make_boxed_func(compiled)
             return compile_part
 
