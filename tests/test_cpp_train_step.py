@@ -36,7 +36,7 @@ def optimizer_step(opt: torch.optim.Optimizer) -> None:
 
 
 @pytest.mark.parametrize("kind,foreach", KINDS, ids=IDS)
-def test_optimizer_step_runs_as_cpp_kernels_and_equals_eager(kind, foreach):
+def test_optimizer_step_runs_as_cpp_kernels_and_equals_eager(kind, foreach, retraces):
     (model_e, opt_e), (model_c, opt_c) = _setup(kind, foreach), _setup(kind, foreach)
 
     compiled = minidynamo.optimize("cpp")(lambda: optimizer_step(opt_c))
@@ -51,6 +51,8 @@ def test_optimizer_step_runs_as_cpp_kernels_and_equals_eager(kind, foreach):
     assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
     written = [g for g in perf._graphs if getattr(g, "writes_inputs", None)]
     assert written, "no compiled graph wrote the parameters"
+    # made functional at FX level (codegen/fx_functional), without torch.func.functionalize
+    assert retraces["fx"] >= 1 and retraces["functionalize"] == 0, retraces
     # the step's graph is called from a compiled frame, with the frame hook on: its generated call
     # is library code, never traced itself (it was: a graph break on data_ptr() at the first step)
     from minidynamo.skip_policy import skip_reason

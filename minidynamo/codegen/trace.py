@@ -1,9 +1,10 @@
-"""Re-trace a captured graph for the code generators: functionalised, decomposed to core ATen, on
+"""Re-trace a captured graph for the code generators: functional, decomposed to core ATen, on
 stand-ins for module tensors, after checking that eager accepts the example inputs."""
 from __future__ import annotations
 
 import copy
 import functools
+import operator
 import struct
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -17,6 +18,7 @@ from torch.fx.experimental.symbolic_shapes import optimization_hint
 from torch.utils._pytree import tree_flatten
 
 from .errors import CannotCompile, EagerRejects
+from .fx_functional import NotFunctional, functional_graph
 from .sizes import has_symbolic_sizes
 from .graph_lowering import fetch_attr, is_dense
 
@@ -137,7 +139,7 @@ def _hint(v: Any) -> Any:
 
 
 def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes: bool = False):
-    """Re-trace `gm` functionalised and decomposed; returns (graph, fresh inputs like the examples).
+    """Re-trace `gm` functional and decomposed (see _traced); returns (graph, fresh inputs like the examples).
     Examples with symbolic sizes (fake tensors, SymInts) are traced as they are, in their shape env.
     With `input_writes`, a graph that changes its inputs in place is taken: the traced graph
     returns (outputs, (new value of each changed input, ...)) and `meta["input_writes"]` lists those
@@ -153,26 +155,16 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes:
         stand_ins: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         traceable = _with_stand_ins(gm, stand_ins)
     try:
-        if symbolic:
-            # torch.func.functionalize specialises the sizes composite ops (linear) read: decompose
-            # first, then functionalise only a graph that mutates
-            traced = _decomposed_trace(traceable, inputs, symbolic)
-            if _mutating_op(traced) is not None:
-                traced = _functional_trace(_alias_prims_as_aten(traced), inputs, symbolic)
-        else:
-            traced = _functional_trace(traceable, inputs)
-        if _mutating_op(traced, input_writes) is not None:
-            # Decompositions run below functionalization, so an in-place op inside one (GRU's
-            # decomposition adds in place) survives; decomposing first and then functionalising
-            # the decomposed graph removes those, leaving only genuine input mutations.
-            traced = _functional_trace(_alias_prims_as_aten(_decomposed_trace(traceable, inputs, symbolic)), inputs, symbolic)
+        traced, writes = _traced(traceable, inputs, symbolic, input_writes)
     except Exception:
         check_eager_accepts_copies(gm, example_inputs)  # often eager's own refusal, met in a decomposition
         raise
-    target = _mutating_op(traced, input_writes and not symbolic)
-    if target is not None:
-        raise CannotCompile(f"graph mutates its inputs ({target})")
-    writes = _take_input_writes(traced, example_inputs) if input_writes else {}
+    if writes is None:
+        target = _mutating_op(traced, input_writes and not symbolic)
+        if target is not None:
+            raise CannotCompile(f"graph mutates its inputs ({target})")
+        writes = _take_input_writes(traced) if input_writes else {}
+    _refuse_shared_writes(writes, example_inputs)
     _restore_originals(traced, stand_ins)
     if writes:
         _match_eager_outputs(traced, check_eager_accepts_copies(gm, example_inputs))
@@ -182,22 +174,78 @@ def trace(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], input_writes:
     return traced, inputs
 
 
-def _take_input_writes(traced: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]
-                       ) -> Dict[int, torch.fx.Node]:
-    """Remove functionalization's copies of new values into inputs: input position -> new value.
-    Refused where a changed input shares memory with another input (the order of the copies
-    would matter)."""
+def _traced(traceable: torch.fx.GraphModule, inputs: List[Any], symbolic: bool, input_writes: bool
+            ) -> Tuple[torch.fx.GraphModule, Optional[Dict[int, torch.fx.Node]]]:
+    """The re-trace, and where the graph's in-place ops were rewritten at FX level (fx_functional),
+    the new value of each input it writes by position (else None: functionalization's copies into
+    the inputs, if any, are in the graph)."""
+    if symbolic or writes_nothing(traceable):
+        # torch.func.functionalize specialises the sizes composite ops (linear) read, and doubles
+        # the trace's cost: decompose, then functionalise only a graph that still writes
+        decomposed = _decomposed_trace(traceable, inputs, symbolic)
+        if _mutating_op(decomposed) is None:
+            return decomposed, None
+        return _functional_trace(_alias_prims_as_aten(decomposed), inputs, symbolic), None
+    if input_writes:
+        rewritten = _fx_functional_trace(traceable, inputs)
+        if rewritten is not None:
+            return rewritten
+    traced = _functional_trace(traceable, inputs)
+    if _mutating_op(traced, input_writes) is None:
+        return traced, None
+    # Decompositions run below functionalization, so an in-place op inside one (GRU's
+    # decomposition adds in place) survives; decomposing first and then functionalising
+    # the decomposed graph removes those, leaving only genuine input mutations.
+    return _functional_trace(_alias_prims_as_aten(_decomposed_trace(traceable, inputs)), inputs), None
+
+
+def writes_nothing(gm: torch.fx.GraphModule) -> bool:
+    """Whether every op of `gm` is an ATen op whose schema writes no argument, or a getitem of a
+    result (aot_autograd's forward and backward graphs)."""
+    return all(n.op in ("placeholder", "output", "get_attr") or (n.op == "call_function" and (
+        n.target is operator.getitem or (isinstance(n.target, torch._ops.OpOverload) and not n.target._schema.is_mutable)))
+        for n in gm.graph.nodes)
+
+
+def _fx_functional_trace(traceable: torch.fx.GraphModule, inputs: List[Any]
+                         ) -> Optional[Tuple[torch.fx.GraphModule, Dict[int, torch.fx.Node]]]:
+    """The decomposed trace of `traceable` with its in-place ops rewritten out of place, and the new
+    value of each input it writes; None where the rewrite is not exact or something still writes."""
+    rewritten = functional_graph(traceable)
+    if rewritten is None:
+        return None
+    gm, positions = rewritten
+    try:
+        traced = _decomposed_trace(gm, inputs)
+    except NotFunctional:
+        return None
+    if _mutating_op(traced) is not None:  # an op writing that the rewrite did not know (`inplace=True`)
+        return None
+    output = next(n for n in traced.graph.nodes if n.op == "output")
+    outputs, new_values = output.args[0]
+    output.args = (outputs,)
+    traced.recompile()
+    return traced, dict(zip(positions, new_values))
+
+
+def _take_input_writes(traced: torch.fx.GraphModule) -> Dict[int, torch.fx.Node]:
+    """Remove functionalization's copies of new values into inputs: input position -> new value."""
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
     writes: Dict[int, torch.fx.Node] = {}
     for node in list(traced.graph.nodes):
         if node.target is aten.copy_.default and node.args[0] in placeholders and not node.users:
             writes[placeholders.index(node.args[0])] = node.args[1]
             traced.graph.erase_node(node)
+    return writes
+
+
+def _refuse_shared_writes(writes: Dict[int, torch.fx.Node], example_inputs: Sequence[Any]) -> None:
+    """Refuse a graph changing an input that shares memory with another input (the order of the
+    copies of new values would matter, and reads of the other would see the change)."""
     storages = [t.untyped_storage()._cdata if isinstance(t, torch.Tensor) else None for t in example_inputs]
     for i in writes:
         if storages.count(storages[i]) > 1:
             raise CannotCompile("an input changed in place shares memory with another input")
-    return writes
 
 
 def _return_input_writes(traced: torch.fx.GraphModule, writes: Dict[int, torch.fx.Node]) -> None:
