@@ -205,7 +205,8 @@ class ConvertFrame:
 
     def trace_with_break(self, frame: Any, static_scalars: bool) -> tuple:
         """Trace the frame; where something unsupported stops it, trace again up to there and break
-        the graph (unless nopython). Int and float locals that vary between calls are traced as
+        the graph (unless nopython; where the frame's own call raised having recorded nothing, the
+        first trace ends there instead, see InstructionTranslator.end_before_failed_call). Int and float locals that vary between calls are traced as
         symbolic values only in frames that trace whole: otherwise the frame is traced with them as
         constants, so a symbolic value never costs a graph break its constant would not."""
         try:
@@ -227,7 +228,8 @@ class ConvertFrame:
             tracer.run()
         except Unsupported as e:
             e.symbolic_scalars = output.has_symbolic_scalars()
-            raise
+            if self.nopython or e.symbolic_scalars or not tracer.end_before_failed_call(e):
+                raise
         finally:  # the trace switches modes as the frame would; the frame has not run yet
             state.restore()
         return output, tracer

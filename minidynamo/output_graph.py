@@ -114,6 +114,7 @@ class OutputGraph:
         # id() of values with no real object: tracker identity -> (tracker, the id given)
         self.fake_ids: Dict[int, Tuple[VariableTracker, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
+        self.translators = 0  # translators started on this graph (the frame's and each inlined call's)
         self.outputs: List[Union[TensorVariable, SymNodeVariable]] = []  # set by finish()
         self.graph_module: Optional[torch.fx.GraphModule] = None  # the finished graph, if the frame has one
         self.draws_random = False  # whether the graph has an op drawing random numbers
@@ -369,6 +370,21 @@ class OutputGraph:
         unimplemented(f"an op returning {type(example).__name__}")
 
     # ---- compilation ----
+
+    def progress(self) -> Tuple[Any, ...]:
+        """What the trace has recorded so far but guards, compared before and after one instruction
+        (see InstructionTranslator.mark_call): equal only if the instruction recorded nothing else."""
+        nodes = self.graph.nodes
+        return (len(nodes), next(reversed(nodes), None), len(self.graphargs),
+                len(self._input_scalars), len(self._input_sizes), len(self.tracked_containers),
+                len(self.substitutions), len(self.break_reasons), self.translators, self.draws_random,
+                tuple(map(id, self.side_effects.effects.values())))
+
+    def drop_guards_after(self, count: int) -> None:
+        """Forget the guards added after the first `count` (those of an instruction traced again as
+        a graph break)."""
+        for key in list(self.guards)[count:]:
+            del self.guards[key]
 
     def has_ops(self) -> bool:
         return any(n.op in _CALL_OPS for n in self.graph.nodes)

@@ -21,6 +21,7 @@ from .bytecode_transformation import Instr, Instructions, read_instructions
 from .resume_execution import fresh_arguments, frame_name
 from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .frame_codegen import BreakEnding, FrameEnding, ReturnEnding
+from .global_state import GlobalState
 from .output_graph import OutputGraph
 from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
 from .variables import (
@@ -50,6 +51,7 @@ from .variables.lists import iterate
 from .variables.sym import make_slice
 
 _TRACING_NOTE = "while minidynamo traced:"
+_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
 
@@ -81,6 +83,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         self.symbolic_locals = symbolic_locals
         self.cells = cells
         self.output = output
+        output.translators += 1
         self.globals_source = globals_source
         self.stack: List[VariableTracker] = []
         self.instruction_pointer = 0
@@ -95,6 +98,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     # the index of an instruction before which break_here decides whether to stop (-1: none)
     pending_break = -1
+    marks_calls = False  # whether mark_call runs before each call instruction
 
     def run(self) -> None:
         instrs, names = self.instructions.instrs, self.instructions.names
@@ -115,6 +119,8 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             handler = handlers[index]
             if handler is None:
                 unimplemented(f"the bytecode instruction {names[index]}")
+            if self.marks_calls and names[index] in _CALLS:
+                self.mark_call(index)
             try:
                 if handler(self, inst):
                     return
@@ -130,6 +136,9 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
     def break_here(self, index: int) -> bool:
         """Whether to stop tracing before instruction `index` (graph break); see InstructionTranslator."""
         return False
+
+    def mark_call(self, index: int) -> None:
+        """Called before the call instruction `index` runs (where marks_calls is set)."""
 
     def user_frame(self) -> UserFrame:
         lineno = getattr(self.current_instruction, "lineno", None) or self.code.co_firstlineno
@@ -544,6 +553,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.break_at = break_at
         self.pending_break = break_at[0] if break_at is not None else -1
         self.current_break_index = -1
+        # before the call instruction running now: (its index, the stack, kw_names, the locals,
+        # the global state, output.progress()); see end_before_failed_call
+        self.call_mark: Optional[Tuple[Any, ...]] = None
         closure = getattr(getattr(frame, "f_func", None), "__closure__", None) or ()
         # real cell -> its tracker, so that functions closing over the same cell share it
         self.frame_cells: Dict[int, CellVariable] = {}
@@ -561,6 +573,31 @@ class InstructionTranslator(InstructionTranslatorBase):
             if e.break_index is None and not e.whole_frame:
                 e.break_index = self.current_index
             raise
+
+    marks_calls = True
+
+    def mark_call(self, index: int) -> None:
+        self.call_mark = (index, list(self.stack), self.kw_names, dict(self.symbolic_locals), GlobalState.capture(),
+                          self.output.progress(), len(self.output.guards))
+
+    def end_before_failed_call(self, error: Unsupported) -> bool:
+        """Where the frame's own call instruction raised `error` having recorded nothing (no op, guard,
+        input, side effect, inlined call, change of global state or locals; guards it added are
+        dropped: `.backward()`, a call of a disabled function), end the trace with a graph break
+        before it, as a second trace up to there would (see ConvertFrame.trace_with_break). False,
+        changing nothing, otherwise."""
+        mark = self.call_mark
+        if mark is None or mark[0] != error.break_index or self.break_at is not None:
+            return False
+        index, stack, kw_names, symbolic_locals, state, progress, guards = mark
+        if (progress != self.output.progress() or state.differing(GlobalState.capture())
+                or symbolic_locals.keys() != self.symbolic_locals.keys()
+                or any(v is not self.symbolic_locals[k] for k, v in symbolic_locals.items())):
+            return False
+        self.output.drop_guards_after(guards)
+        self.stack, self.kw_names, self.instruction_pointer = stack, kw_names, index
+        self.break_at = (index, error)
+        return self.break_here(index)
 
     def make_cell(self, name: str) -> None:
         super().make_cell(name)

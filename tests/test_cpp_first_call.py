@@ -1,5 +1,5 @@
 """What makes a cpp first call cheaper: the backward compiled with the forward and both libraries
-built in the background, straight-line functions built at -O1, and number-weighted
+built in the background, straight-line functions built at -O0, and number-weighted
 lerp/addcmul/addcdiv decomposed as eager computes them, without torch's wrappers. Results equal
 eager's; a library whose build fails runs its graph eagerly, counted."""
 import pytest

@@ -92,13 +92,17 @@ class ConstDictVariable(VariableTracker):
         if storage is not None and cls.__iter__ is dict.__iter__:  # Python copies a dict's own items then
             self.items.update(storage.items)
             return
+        # read whole before the dict changes: a trace stopped midway leaves it as it was
+        # (InstructionTranslator.end_before_failed_call relies on that)
+        new: Dict[Any, VariableTracker] = {}
         if storage is not None or _has_keys_method(cls):  # a mapping: its keys() and __getitem__ decide
             for key in other.call_method(tx, "keys", [], {}).unpack_var_sequence(tx):
-                self.items[key.as_python_constant()] = other.call_method(tx, "__getitem__", [key], {})
-            return
-        for pair in other.unpack_var_sequence(tx):
-            key, value = pair.unpack_var_sequence(tx)
-            self.items[key.as_python_constant()] = value
+                new[key.as_python_constant()] = other.call_method(tx, "__getitem__", [key], {})
+        else:
+            for pair in other.unpack_var_sequence(tx):
+                key, value = pair.unpack_var_sequence(tx)
+                new[key.as_python_constant()] = value
+        self.items.update(new)
 
     def reconstruct(self, codegen) -> None:
         if self.source is not None:  # the caller's own dict object
