@@ -52,7 +52,8 @@ def test_in_place_variants_are_known_by_their_schemas():
     assert all(map(fx_functional.is_in_place_variant, ["add_", "lerp_", "addcdiv_", "copy_", "_foreach_mul_"]))
     # views, random draws, aliasing and names that are no in-place variant stay with functionalize
     assert not any(map(fx_functional.is_in_place_variant,
-                       ["t_", "squeeze_", "uniform_", "bernoulli_", "set_", "resize_", "detach_", "add", "__iadd__"]))
+                       ["t_", "squeeze_", "uniform_", "bernoulli_", "_philox_normal_", "set_", "resize_", "sparse_resize_",
+                        "detach_", "add", "__iadd__"]))
 
 
 def _step(p, q, r):

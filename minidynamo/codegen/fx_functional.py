@@ -16,8 +16,9 @@ _AUGMENTED = {operator.iadd: operator.add, operator.isub: operator.sub, operator
               operator.imod: operator.mod, operator.ipow: operator.pow, operator.iand: operator.and_,
               operator.ior: operator.or_, operator.ixor: operator.xor, operator.ilshift: operator.lshift,
               operator.irshift: operator.rshift}
-# in-place ops whose generated functional twin means something else (set_ makes self an alias)
-_NOT_VARIANTS = {"set_", "resize_", "resize_as_", "resize_as_sparse_"}
+# in-place ops whose generated functional twin means something else (set_ makes self an alias,
+# the resizes change sizes)
+_NOT_VARIANTS = {"set_", "resize_", "resize_as_", "resize_as_sparse_", "sparse_resize_", "sparse_resize_and_clear_"}
 
 
 class NotFunctional(Exception):
@@ -37,7 +38,8 @@ def _writes(argument: Any) -> bool:
 def is_in_place_variant(name: str) -> bool:
     """Whether aten's `name` ("add_", "_foreach_mul_") writes only its first argument and is the
     in-place form of aten's name[:-1], an op that writes, aliases and draws nothing."""
-    if not name.endswith("_") or name.endswith("__") or name in _NOT_VARIANTS:
+    if not name.endswith("_") or name.endswith("__") or name in _NOT_VARIANTS or (
+            name.startswith("_") and not name.startswith("_foreach_")):  # private ops (_coalesced_, _philox_normal_)
         return False
     in_place, functional = getattr(aten, name, None), getattr(aten, name[:-1], None)
     if in_place is None or functional is None:
