@@ -51,7 +51,6 @@ from .variables.lists import iterate
 from .variables.sym import make_slice
 
 _TRACING_NOTE = "while minidynamo traced:"
-_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
 
@@ -119,7 +118,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             handler = handlers[index]
             if handler is None:
                 unimplemented(f"the bytecode instruction {names[index]}")
-            if self.marks_calls and names[index] in _CALLS:
+            if self.marks_calls and names[index] in pyversion.CALL_OPS:
                 self.mark_call(index)
             try:
                 if handler(self, inst):

@@ -41,3 +41,26 @@ def test_every_ir_op_is_rendered(renderer, name, dtype):
     names = [f"a{i}" for i in range(n)]
     code = r.op_code(Op(name, args, dtype), names)
     assert isinstance(code, str) and all(a in code for a in names), code
+
+
+def test_scheduler_producer_index_follows_fusion_and_restaging():
+    """Kernel.producer answers from an index kept through fusion's trial copies and the restaging
+    of pointwise nodes into a row kernel: the same node a scan of the kernel finds."""
+    from minidynamo.codegen.ir import PointwiseNode, ReductionNode
+    from minidynamo.codegen.scheduler import Scheduler
+
+    f32 = torch.float32
+    flat = Index.var("p0") * 8 + Index.var("p1")
+    x = Load("in0", flat, f32)
+    a = PointwiseNode("a", (4, 8), Op("exp", (x,), f32), flat, f32)
+    b = PointwiseNode("b", (4, 8), Op("add", (Load("a", flat, f32), x), f32), flat, f32)
+    rows = Index.var("p0") * 8 + Index.var("r0")
+    r = ReductionNode("r", "sum", (4,), (8,), Load("b", rows, f32), f32)
+    c = PointwiseNode("c", (4, 8), Op("mul", (Load("b", flat, f32), Load("r", Index.var("p0"), f32)), f32), flat, f32)
+    steps = Scheduler([a, b, r, c], {"c", "r"}).run()
+    kernels = [s for s in steps if isinstance(s, Kernel)]
+    assert len(kernels) == 1 and [kn.name for kn in kernels[0].knodes()] == ["a", "b", "r", "c"]
+    k = kernels[0]
+    for name in ("a", "b", "r", "c", "in0"):
+        assert k.producer(name) is next((kn for kn in k.knodes() if kn.name == name), None)
+    assert k.outer == (4,) and k.stored == {"b", "r", "c"}  # restaged to rows; b read from memory by c

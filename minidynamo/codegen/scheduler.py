@@ -53,15 +53,35 @@ class Kernel:
     stages: List[Stage] = field(default_factory=list)
     stored: Set[str] = field(default_factory=set)  # buffers written to memory
 
+    # the first node storing each buffer, for the stages list `_indexed`: nodes join through
+    # `append`, anything else (restaging, a trial kernel's stages taken) is a new list
+    _producers: Dict[str, KNode] = field(default_factory=dict, repr=False, compare=False)
+    _indexed: Optional[List[Stage]] = field(default=None, repr=False, compare=False)
+
     def knodes(self) -> Iterable[KNode]:
         for s in self.stages:
             yield from s.nodes
 
     def producer(self, buf: str) -> Optional[KNode]:
-        for kn in self.knodes():
-            if kn.name == buf:
-                return kn
-        return None
+        """The first node of the kernel that stores `buf` (fusion asks once per load of every node
+        it tries: an index, not a scan)."""
+        if self._indexed is not self.stages:
+            self._producers = {}
+            for kn in self.knodes():
+                self._producers.setdefault(kn.name, kn)
+            self._indexed = self.stages
+        return self._producers.get(buf)
+
+    def append(self, stage: int, kn: KNode) -> None:
+        """Add `kn` at the end of stage `stage`."""
+        self.stages[stage].nodes.append(kn)
+        if self._indexed is self.stages:
+            self._producers.setdefault(kn.name, kn)
+
+    def take(self, other: "Kernel") -> None:
+        """Become `other` (a trial copy that fusion keeps), with its index."""
+        self.outer, self.stages = other.outer, other.stages
+        self._producers, self._indexed = other._producers, other._indexed
 
 
 Step = Union[Kernel, ExternNode]
@@ -155,10 +175,10 @@ class Scheduler:
             trial.stages.append(Stage(stage_inner))
             stage = len(trial.stages) - 1
         kn = KNode(node, body, store, stage)
-        trial.stages[stage].nodes.append(kn)
+        trial.append(stage, kn)
         if any(classify(trial, stage, ld) == "conflict" for ld in loads(body)):
             return False
-        k.outer, k.stages = trial.outer, trial.stages
+        k.take(trial)
         return True
 
     def _placement(self, k: Kernel, node):
@@ -185,7 +205,10 @@ class Scheduler:
 
 
 def _copy_kernel(k: Kernel) -> Kernel:
-    return Kernel(k.name, k.outer, [Stage(s.inner, list(s.nodes)) for s in k.stages])
+    copy = Kernel(k.name, k.outer, [Stage(s.inner, list(s.nodes)) for s in k.stages])
+    if k._indexed is k.stages:
+        copy._producers, copy._indexed = dict(k._producers), copy.stages
+    return copy
 
 
 def _restage(k: Kernel, outer: Tuple[int, ...], inner: Tuple[int, ...]) -> None:

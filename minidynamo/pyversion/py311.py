@@ -40,6 +40,7 @@ TERMINATORS = frozenset({"RETURN_VALUE", "RAISE_VARARGS", "RERAISE", "JUMP_FORWA
 _PROLOGUE_OPS = frozenset({"MAKE_CELL", "COPY_FREE_VARS", "RESUME"})
 _ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
 _CALL_PREFIX_OPS = frozenset({"KW_NAMES", "PRECALL"})
+CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX"})  # the instructions that make a call
 # Instructions a graph break can run in the generated code: how many stack values each consumes.
 _BREAK_POPS: Dict[str, Callable[[Instr], int]] = {
     "CALL": lambda i: i.arg + 2,
@@ -374,6 +375,7 @@ class VersionHandlers:
 
 __all__ = [
     "BINARY_OPS",
+    "CALL_OPS",
     "COMPARE_OPS",
     "TERMINATORS",
     "VersionHandlers",
