@@ -9,7 +9,7 @@ from collections import OrderedDict, defaultdict, deque, namedtuple
 import pytest
 import torch
 
-from translator_harness import assert_same, fresh_dynamo, rand, reference_only_skip  # noqa: F401
+from translator_harness import assert_same, fresh_dynamo, minidynamo_only, rand, reference_only_skip  # noqa: F401
 
 CASES = {}
 
@@ -1646,6 +1646,41 @@ def udict_plain_read(x):
 def udict_plain_iterate(x):
     d = PlainDict(a=x, b=x * 2)
     return [k for k in d], sum(d.values())
+
+
+class Countdown:
+    """An iterator object: __iter__ returns itself, __next__ ends with StopIteration."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.n == 0:
+            raise StopIteration
+        self.n -= 1
+        return self.n
+
+
+def iterator_object_extend(x, countdown):
+    items = [x + 1]
+    items.extend(countdown)
+    return x * len(items), items[1:]
+
+
+@minidynamo_only
+def test_iterating_an_iterator_object_is_a_graph_break_not_an_internal_error(caplog):
+    """The translator does not follow a StopIteration raised in traced code: iterating an object
+    whose __iter__ returns an iterator object runs that part eagerly (it once recursed forever)."""
+    import minidynamo
+
+    x = rand(3)
+    want = iterator_object_extend(x, Countdown(3))
+    got = minidynamo.optimize("eager")(iterator_object_extend)(x, Countdown(3))
+    assert repr(got) == repr(want)
+    assert "internal error" not in caplog.text
 
 
 @case()

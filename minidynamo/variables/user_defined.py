@@ -179,7 +179,13 @@ def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]
         return [obj.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(length)]
     if isinstance(iter_method, types.FunctionType):
         iterate = lookup_class_attribute(tx, obj, cls, "__iter__", None, implicit=True)
-        return iterate.call_function(tx, [], {}).unpack_var_sequence(tx)
+        iterator = iterate.call_function(tx, [], {})
+        if isinstance(iterator, (UserDefinedObjectVariable, NewObjectVariable, ConstructedObjectVariable)) \
+                and getattr_static(iterator.python_type(), "__next__", None) is not None:
+            # an iterator object (often `return self`): its items end with a StopIteration raised
+            # in traced code, which the translator does not follow
+            unimplemented(f"iterating over {cls.__qualname__} objects through __next__")
+        return iterator.unpack_var_sequence(tx)
     unimplemented(f"iterating over {cls.__qualname__} objects")
 
 
