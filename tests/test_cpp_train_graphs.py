@@ -27,6 +27,16 @@ def _grads(fn, *inputs):
     return (out, *torch.autograd.grad(out.pow(2).sum(), leaves))
 
 
+def _assert_forward_and_backward_in_one_group_each(before):
+    """No fallback; the graphs compiled since `before` are a forward and a backward, each one
+    kernel group with no torch call left."""
+    assert minidynamo.stats()["backend_fallbacks"] == 0
+    graphs = _new_graphs(before)
+    assert len(graphs) == 2
+    for g in graphs:
+        assert len(g.groups) == 1 and not [s.fn for s in g.steps if isinstance(s, ExternNode)]
+
+
 def _masked_writes(x, y, v, mask2, mask3):
     h = x * 2
     h[mask2] = v  # the mask covers (batch, time); v fills the features
@@ -97,11 +107,7 @@ def test_forward_saving_an_expanded_view_trains_compiled():
         for p, q in zip(model.parameters(), eager.parameters()):
             torch.testing.assert_close(p.grad, q.grad)
             p.grad = q.grad = None
-    assert minidynamo.stats()["backend_fallbacks"] == 0
-    graphs = _new_graphs(before)
-    assert len(graphs) == 2
-    for g in graphs:
-        assert len(g.groups) == 1 and not [s.fn for s in g.steps if isinstance(s, ExternNode)]
+    _assert_forward_and_backward_in_one_group_each(before)
 
 
 def _rotary(q, cos, sin):
@@ -120,11 +126,7 @@ def test_rotary_backward_scatters_slices_inside_the_kernel_group():
     for _ in range(2):
         for a, b in zip(_grads(compiled, q, cos, sin), _grads(_rotary, q, cos, sin)):
             torch.testing.assert_close(a, b)
-    assert minidynamo.stats()["backend_fallbacks"] == 0
-    graphs = _new_graphs(before)
-    assert len(graphs) == 2
-    for g in graphs:
-        assert len(g.groups) == 1 and not [s.fn for s in g.steps if isinstance(s, ExternNode)]
+    _assert_forward_and_backward_in_one_group_each(before)
 
 
 def _t5_scores(q, k, v):

@@ -180,8 +180,8 @@ def _traced(traceable: torch.fx.GraphModule, inputs: List[Any], symbolic: bool, 
     the new value of each input it writes by position (else None: functionalization's copies into
     the inputs, if any, are in the graph)."""
     if symbolic or writes_nothing(traceable):
-        # torch.func.functionalize specialises the sizes composite ops (linear) read, and doubles
-        # the trace's cost: decompose, then functionalise only a graph that still writes
+        # torch.func.functionalize specialises the sizes composite ops (linear) read, and adds
+        # about a third to the trace's cost: decompose, then functionalise only a graph that still writes
         decomposed = _decomposed_trace(traceable, inputs, symbolic)
         if _mutating_op(decomposed) is None:
             return decomposed, None
