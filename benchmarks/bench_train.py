@@ -10,13 +10,16 @@ identically seeded model; its results are checked against eager (loss and gradie
 parameters after three steps; a gradient eager leaves None, for a parameter only an unused output
 depends on, is zeros in both compilers) before anything is timed; then all systems are timed interleaved,
 call by call, and medians reported, in CPU time of the calling thread (1 thread; on a machine
-shared with other work, wall time penalises the longer calls, which are descheduled more often). The first call of each compiled system is timed with the code
-generators' caches empty (a fresh minidynamo kernel cache and inductor cache directory, inductor's
-FX graph cache off): the compile time a user sees the first time.
+shared with other work, wall time penalises the longer calls, which are descheduled more often). Each row runs in a fresh
+`python -m benchmarks.bench_train --worker MODEL/MODE` process, and the first call of each compiled
+system is timed there with the code generators' caches empty (fresh minidynamo and inductor cache
+directories, inductor's FX graph cache off, nothing loaded into memory by an earlier row): the
+compile time a user sees the first time.
 """
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Tuple
@@ -142,16 +145,25 @@ def measure(name: str, mode: str, repeat: int) -> dict:
     return row
 
 
+def worker(row: str, repeat: int) -> dict:
+    """One row ("MODEL/MODE") in this process, which `run` starts fresh for it (see spawn)."""
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
+    name, mode = row.split("/", 1)
+    return measure(name, mode, repeat)
+
+
 def run(quick: bool = False, models: Tuple[str, ...] = MODELS) -> dict:
+    """Each row in a fresh process: no compiler reuses kernels an earlier row loaded into memory, and
+    each pays its own one-time set-up, as a user's first call does."""
+    from benchmarks.bench_cppmodels import spawn
+
     repeat = 15 if quick else 60
     rows: List[dict] = []
     for name in models:
         for mode in _modes(name):
-            try:
-                rows.append(measure(name, mode, repeat))
-            except Exception as exc:  # recorded, the run goes on
-                rows.append({"model": name, "mode": mode, "error": f"{type(exc).__name__}: {exc}"[:500]})
-    reset_all()
+            row = spawn("bench_train", f"{name}/{mode}", repeat, threads=1, timeout_s=1200)
+            rows.append({"model": name, "mode": mode, **row})
+            print(f"[train] {name} {mode}: first calls {row.get('first_s')}", file=sys.stderr, flush=True)
     return {"rows": rows, "systems": list(SYSTEMS), "source": SOURCE, "repeat": repeat}
 
 
@@ -175,3 +187,9 @@ def markdown(section: dict) -> List[str]:
             "seconds, kernel caches empty. cpp fallbacks: graphs cpp ran eagerly (stats()).", ""] + \
         _table(["model", "mode", "eager ms", "minidynamo cpp ms", "torch inductor ms", "cpp vs inductor",
                 "cpp first call s", "inductor first call s", "first call cpp / inductor", "cpp fallbacks"], rows)
+
+
+if __name__ == "__main__":
+    from benchmarks.bench_cppmodels import cli
+
+    cli(worker, lambda quick, threads, only: run(quick, only or MODELS))
