@@ -19,9 +19,10 @@ from .cpp_gemm import bind_blas, use_gemms
 from .cpp_indexed import use_indexed_steps
 from .errors import CannotCompile
 from .cpp_render import BLAS_STEPS, render_cpp
+from .cpp_tuning import CppTuning
 from .cpp_wrapper import CppGraph
 from .graph_lowering import GraphLowering, is_dense
-from .ir import ExternNode
+from .ir import Buffer, ExternNode, loads
 from .pipeline import lower_and_schedule
 from .scheduler import Kernel, Step
 from .sizes import hints_of
@@ -55,7 +56,8 @@ def compile_cpp_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.T
     if any(o.kind == "buffer" and o.buffer in inputs for o in specs):
         raise CannotCompile("a changed input's new value is a view of an input")
     in_kernels = _writes_in_kernels(lowering, steps, writes, keep)
-    source, rendered, groups = render_cpp(steps, lowering.buffers, keep - set(in_kernels), writeback=in_kernels)
+    source, rendered, groups = render_cpp(steps, lowering.buffers, keep - set(in_kernels), writeback=in_kernels,
+                                          in_place=_stored_in_place(steps, in_kernels, lowering.buffers))
     done = {b for g in groups for b in g.writeback}
     for spec in specs:
         if spec.buffer in done:  # copied by its kernel group: the graph returns None for it
@@ -100,6 +102,49 @@ def _writes_in_kernels(lowering: GraphLowering, steps: Sequence[Step], writes: S
                 and not spec.offset and is_dense(bx.size, bx.stride)):
             found[n] = x
     return found
+
+
+def _stored_in_place(steps: Sequence[Step], found: Dict[str, str], buffers: Dict[str, Buffer]) -> Set[str]:
+    """The new values of `found` (see _writes_in_kernels) their kernel can store straight into
+    the input's memory, sparing the copy: each load of the input in that kernel reads the element
+    the store replaces, in the store's stage and loop iteration, before the store, and no later
+    step reads the input or the new value. Nothing after the kernel can fail (no extern call
+    follows it), so the inputs still change all or not at all."""
+    made_at = {b: i for i, s in enumerate(steps) if isinstance(s, Kernel) for b in s.stored}
+    out = set()
+    for n, x in found.items():
+        kernel = steps[made_at[n]]
+        later = steps[made_at[n] + 1:]
+        if all(isinstance(s, Kernel) and not {x, n} & _kernel_reads(s) for s in later) \
+                and _reads_only_what_it_replaces(kernel, n, x, buffers):
+            out.add(n)
+    return out
+
+
+def _kernel_reads(kernel: Kernel) -> Set[str]:
+    return {ld.buffer for kn in kernel.knodes() for ld in loads(kn.body)}
+
+
+def _reads_only_what_it_replaces(kernel: Kernel, n: str, x: str, buffers: Dict[str, Buffer]) -> bool:
+    """Whether every load of `x` in `kernel` reads the element the node storing `n` replaces, in
+    its stage, before the store: in that node or one before it, or in a later pointwise node of
+    the stage once one of those read it (the renderer loads an element once per iteration, so
+    the later node gets the value read before the store). No spilled row lives in n's memory."""
+    producer = kernel.producer(n)
+    if any(t.startswith(n + " ") for t in CppTuning(kernel, buffers).spill_into.values()):
+        return False
+    read_before = False
+    for number, stage in enumerate(kernel.stages):
+        stored = False
+        for kn in stage.nodes:
+            mine = [ld for ld in loads(kn.body) if ld.buffer == x]
+            if any(number != producer.stage or ld.index != producer.store for ld in mine):
+                return False
+            if mine and stored and (kn.is_reduction or not read_before):
+                return False
+            read_before = read_before or bool(mine) and not stored
+            stored = stored or kn is producer
+    return True
 
 
 class InputWriting:

@@ -24,6 +24,7 @@ from .cpp_indexed import IndexedStep
 from .cpp_multi_tensor import multi_tensor_loops, share_equal_kernels, shared_kernel_source
 from .cpp_prelude import OWNED_MEMORY, PRELUDE
 from .cpp_tuning import FLOAT_SUM_MAX, CppTuning, PARALLEL_FOR, PREFETCH_AHEAD_BYTES, double_accumulator, parallel_if, runs_in_parallel
+from .errors import CannotCompile
 from .ir import UNARY_MATH, Buffer, Const, Expr, ExternNode, Index, IndexValue, Load, Op, ReductionNode, numel
 from .render import KernelRenderer, Scope, flat_inner, index_code, is_inner_var
 from .scheduler import Kernel, KNode, Stage, Step
@@ -77,9 +78,13 @@ class CppRenderer(KernelRenderer):
 
     OPS = _OPS
 
-    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer], symbols: Sequence[str] = ()):
+    def __init__(self, kernel: Kernel, buffers: Dict[str, Buffer], symbols: Sequence[str] = (),
+                 loads_as: Optional[Dict[str, str]] = None):
         super().__init__(kernel, buffers)
         self.symbols = list(symbols)  # size symbols, int64 parameters before nthreads
+        # input -> the buffer of its new values, whose memory is the input's: loads read it there
+        # (cpp_pipeline._stored_in_place); one pointer, so `__restrict__` holds
+        self.loads_as = loads_as or {}
         self.tuning = CppTuning(kernel, buffers)
         self.outer = CppScope([])
         self.loop: Optional[CppScope] = None
@@ -177,7 +182,7 @@ class CppRenderer(KernelRenderer):
         parallel = runs_in_parallel(k)
         self.parallel_rows = parallel and not k.outer
         self.render_stages()
-        body, helpers = self.outer.lines, []
+        body, helpers = self._loads_renamed(self.outer.lines), []
         if not k.outer and not self.symbols:
             body, helpers = multi_tensor_loops(
                 body, k.name, {b: CTYPES[self.buffers[b].dtype] for b in self.reads | k.stored}, k.stored)
@@ -209,6 +214,13 @@ class CppRenderer(KernelRenderer):
         src = "".join(helpers) + f'static void {k.name}({", ".join(params)}) {{\n'
         src += "\n".join("  " + line for line in body) + "\n}\n"
         return CppKernel(k.name, src, args)
+
+    def _loads_renamed(self, lines: List[str]) -> List[str]:
+        if not self.loads_as:
+            return lines
+        self.reads -= set(self.loads_as)
+        names = re.compile(r"\b(" + "|".join(map(re.escape, self.loads_as)) + r")\b")
+        return [names.sub(lambda m: self.loads_as[m.group(1)], line) for line in lines]
 
     def _page_ahead(self, stage: Stage, lanes: int) -> List[str]:
         size = stage.inner[0]
@@ -541,6 +553,7 @@ class KernelGroup:
     scratch: Dict[str, int] = field(default_factory=dict)  # intermediate -> byte offset in the scratch
     scratch_bytes: int = 0  # one block the wrapper allocates per call, shared by liveness
     can_fail: bool = False  # returns an int, nonzero when a kernel found an index out of range
+    in_place: Set[str] = field(default_factory=set)  # of writeback: stored in the input's memory, no copy
 
 
 def group_kernels(steps: Sequence[Union[Step, Gemm, Conv, IndexedStep, Copy, Gather]], rendered: Dict[str, CppKernel], buffers: Dict[str, Buffer],
@@ -620,9 +633,10 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: D
     for b in group.local:
         lines.append(f"  alignas(64) {CTYPES[buffers[b].dtype]} "
                      f"{b}[{buffers[b].span_bytes() // buffers[b].dtype.itemsize}];")
-    for b in group.writeback:
+    for b, x in group.writeback.items():
         ctype, n = CTYPES[buffers[b].dtype], buffers[b].span_bytes() // buffers[b].dtype.itemsize
-        lines.append(f"  md_owned {b}_own({n * buffers[b].dtype.itemsize}); {ctype}* {b} = static_cast<{ctype}*>({b}_own.p);")
+        lines.append(f"  {ctype}* {b} = {x};" if b in group.in_place else
+                     f"  md_owned {b}_own({n * buffers[b].dtype.itemsize}); {ctype}* {b} = static_cast<{ctype}*>({b}_own.p);")
     for b, offset in group.scratch.items():
         lines.append(f"  {CTYPES[buffers[b].dtype]}* {b} = ({CTYPES[buffers[b].dtype]}*)(md_scratch + {offset});")
     for name in group.kernels:
@@ -630,7 +644,8 @@ def _group_source(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: D
         call = f"{callee}({', '.join(_call_args(args, symbols))})"
         lines.append(f"  if ({call}) return 1;" if rendered[name].can_fail else f"  {call};")
     for b, x in group.writeback.items():
-        lines.append(f"  __builtin_memcpy({x}, {b}, {buffers[b].span_bytes()});")
+        if b not in group.in_place:
+            lines.append(f"  __builtin_memcpy({x}, {b}, {buffers[b].span_bytes()});")
     return "\n".join(lines + ["  return 0;"] * group.can_fail) + "\n}\n"
 
 
@@ -674,9 +689,9 @@ def _group_part(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: Dic
 
 
 def _render_step(k: Union[Kernel, Gemm, Conv, IndexedStep, Copy, Gather], buffers: Dict[str, Buffer],
-                 symbols: Sequence[str]) -> CppKernel:
+                 symbols: Sequence[str], loads_as: Dict[str, str]) -> CppKernel:
     if isinstance(k, Kernel):
-        return CppRenderer(k, buffers, symbols).render()
+        return CppRenderer(k, buffers, symbols, loads_as).render()
     if isinstance(k, Gemm):
         return CppKernel(k.name, *render_gemm(k, buffers, symbols))
     if isinstance(k, Conv):
@@ -693,18 +708,25 @@ def _render_step(k: Union[Kernel, Gemm, Conv, IndexedStep, Copy, Gather], buffer
 
 
 def render_cpp(steps: Sequence[Union[Step, Gemm, Conv, IndexedStep, Copy, Gather]], buffers: Dict[str, Buffer], keep: Set[str],
-               symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None
-               ) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
+               symbols: Sequence[str] = (), writeback: Optional[Dict[str, str]] = None,
+               in_place: Set[str] = frozenset()) -> Tuple[str, List[CppKernel], List[KernelGroup]]:
     """The library source (prelude, kernels, one exported function per kernel group), the
     kernels and the groups; every kernel and group takes the size `symbols` as int64 arguments.
     `writeback`: new values (buffers only the kernels read) -> the inputs they are copied into at
-    the end of their group (see KernelGroup)."""
-    rendered = [_render_step(k, buffers, symbols) for k in steps if isinstance(k, GENERATED)]
+    the end of their group (see KernelGroup); those of `in_place` are stored in the input itself
+    (see cpp_pipeline._stored_in_place)."""
+    writeback = writeback or {}
+    rendered = [_render_step(k, buffers, symbols, {writeback[n]: n for n in in_place & getattr(k, "stored", set())})
+                for k in steps if isinstance(k, GENERATED)]
     by_name = {e.name: e for e in rendered}
-    groups = group_kernels(steps, by_name, buffers, keep, writeback or {})
+    groups = group_kernels(steps, by_name, buffers, keep, writeback)
+    for g in groups:
+        g.in_place = in_place & set(g.writeback)
+    if sum(len(g.in_place) for g in groups) != len(in_place):
+        raise CannotCompile("a value stored in place is not copied by its kernel group")
     # each group with its kernels: the parts cpp_build may compile as separate translation units
     parts = [_group_part(g, by_name, buffers, symbols) for g in groups]
-    head = PRELUDE + (OWNED_MEMORY if any(g.writeback for g in groups) else "")
+    head = PRELUDE + (OWNED_MEMORY if any(set(g.writeback) - g.in_place for g in groups) else "")
     if any(isinstance(k, BLAS_STEPS) for k in steps):  # BLAS pointers declared in every unit, defined in one
         head, parts = head + blas_declarations(), parts + [blas_definitions()]
     return head + UNIT_BREAK + UNIT_BREAK.join(parts), rendered, groups
