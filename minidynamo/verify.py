@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
+import dataclasses
 import dis
 import enum
 import functools
@@ -207,10 +208,18 @@ def _walk(value: Any, seen: set, depth: int = 0) -> Iterator[Any]:
         yield from _walk(child, seen, depth + 1)
 
 
+# Sentinels that code dataclasses generate compares by identity (`if b is _HAS_DEFAULT_FACTORY`,
+# with the sentinel in both the defaults and a closure cell): copies keep the originals.
+_SENTINELS = tuple(getattr(dataclasses, name) for name in ("MISSING", "_HAS_DEFAULT_FACTORY", "KW_ONLY")
+                   if hasattr(dataclasses, name))
+
+
 def deep_copy(value: Any, memo: Dict[Any, Any]) -> Any:
     """copy.deepcopy with a shared memo; tensors that are results of autograd (which deepcopy
     refuses) are copied detached, keeping requires_grad."""
     keep = memo.setdefault(id(memo), [])
+    for sentinel in _SENTINELS:
+        memo.setdefault(id(sentinel), sentinel)
     for item in _walk(value, set()):
         if isinstance(item, torch.Tensor) and item.grad_fn is not None and id(item) not in memo:
             memo[id(item)] = _copy_autograd_result(item, memo)

@@ -3,6 +3,7 @@
 Wrong backends, stale entries, wrong mutations and leaked global state raise VerifyError naming the
 function, the differing value, the entries that ran (guards, graphs); correct code runs silently with
 each side effect done once."""
+import dataclasses
 import os
 import random
 import subprocess
@@ -300,6 +301,25 @@ def test_attribute_a_copy_lacks_is_no_difference_unless_a_run_changes_it():
 
     with pytest.raises(VerifyError, match="attribute '_warned' set in only one run"):
         minidynamo.optimize(wrong_backend)(step)(torch.zeros(2))
+
+
+@dataclasses.dataclass
+class WithFactory:
+    a: torch.Tensor
+    extra: list = dataclasses.field(default_factory=list)
+
+
+def test_dataclass_with_a_default_factory_made_in_both_runs():
+    """The eager run's copies keep dataclasses' sentinels: the generated __init__ compares its
+    default with one by identity."""
+    def make(x):
+        d = WithFactory(x)
+        d.extra.append(x * 2)
+        return d.extra[0] + d.a, d
+
+    got, made = minidynamo.optimize("eager")(make)(torch.ones(2))
+    assert got.tolist() == [3.0, 3.0] and made.extra[0].tolist() == [2.0, 2.0]
+    assert verify.counts["verified"] > 0
 
 
 def test_random_python_and_torch_numbers():
