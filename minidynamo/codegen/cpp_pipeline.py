@@ -108,14 +108,16 @@ def _stored_in_place(steps: Sequence[Step], found: Dict[str, str], buffers: Dict
     """The new values of `found` (see _writes_in_kernels) their kernel can store straight into
     the input's memory, sparing the copy: each load of the input in that kernel reads the element
     the store replaces, in the store's stage and loop iteration, before the store, and no later
-    step reads the input or the new value. Nothing after the kernel can fail (no extern call
-    follows it), so the inputs still change all or not at all."""
+    step reads the input or the new value, nor did an extern call read the input (what it
+    returned may be a view of it). Nothing after the kernel can fail (no extern call follows it),
+    so the inputs still change all or not at all."""
     made_at = {b: i for i, s in enumerate(steps) if isinstance(s, Kernel) for b in s.stored}
     out = set()
     for n, x in found.items():
         kernel = steps[made_at[n]]
         later = steps[made_at[n] + 1:]
         if all(isinstance(s, Kernel) and not {x, n} & _kernel_reads(s) for s in later) \
+                and not any(isinstance(s, ExternNode) and x in s.reads for s in steps) \
                 and _reads_only_what_it_replaces(kernel, n, x, buffers):
             out.add(n)
     return out
