@@ -171,6 +171,25 @@ def test_split_and_cat_onto_an_empty_cache_are_views_not_extern_calls():
     assert not [s for s in g.steps if getattr(s, "fn", None) is not None], "split or cat ran as an extern call"
 
 
+def _compiled_writing_graph(fn, size):
+    """`fn` compiled with cpp, called 3 times on (x, m, g) of `size` beside eager: results and
+    inputs equal eager's, nothing run eagerly; the compiled function and its input-writing graph."""
+    torch.manual_seed(0)
+    args = [torch.randn(size), torch.randn(size), torch.randn(size)]
+    expected = [a.clone() for a in args]
+    first = perf.new_number()
+    compiled = minidynamo.optimize("cpp")(fn)
+    for _ in range(3):
+        got, want = compiled(*args), fn(*expected)
+        if want is not None:
+            torch.testing.assert_close(got, want)
+        for a, e in zip(args, expected):
+            torch.testing.assert_close(a, e)
+    assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
+    (graph,) = [g for g in perf._graphs if g.times.number > first and getattr(g, "writes_inputs", None)]
+    return compiled, graph
+
+
 def test_kernel_group_copies_new_values_into_the_inputs_itself():
     """An update whose kernels run last is copied into the inputs at the end of its kernel group:
     no buffer allocated by the wrapper, no foreach copy. Where an extern call follows (it could
@@ -187,19 +206,7 @@ def test_kernel_group_copies_new_values_into_the_inputs_itself():
 
     # with the flip, x's new value is made before the extern call reads it; m's after (no call follows)
     for fn, in_kernels in ((update, 2), (update_then_flip, 1)):
-        torch.manual_seed(0)
-        args = [torch.randn(6, 4), torch.randn(6, 4), torch.randn(6, 4)]
-        expected = [a.clone() for a in args]
-        first = perf.new_number()
-        compiled = minidynamo.optimize("cpp")(fn)
-        for _ in range(3):
-            got, want = compiled(*args), fn(*expected)
-            if want is not None:
-                torch.testing.assert_close(got, want)
-            for a, e in zip(args, expected):
-                torch.testing.assert_close(a, e)
-        assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
-        (graph,) = [g for g in perf._graphs if g.times.number > first and getattr(g, "writes_inputs", None)]
+        compiled, graph = _compiled_writing_graph(fn, (6, 4))
         assert sum(len(group.writeback) for group in graph.groups) == in_kernels
         assert ("_empty(" not in graph.pycode) == (in_kernels == 2)
         # an input laid out otherwise (compiled again for its strides, or run eagerly): still correct
@@ -246,18 +253,6 @@ def test_kernel_stores_new_values_in_the_inputs_only_where_no_later_read_sees_th
     """A new value is stored straight into its input (no copy) only where each of the input's
     elements is read, in the store's loop iteration, before the store; otherwise the kernel group
     copies it at its end. Inputs equal eager's either way."""
-    first = perf.new_number()
-    compiled = minidynamo.optimize("cpp")(fn)
-    torch.manual_seed(0)
-    args = [torch.randn(6, 6), torch.randn(6, 6), torch.randn(6, 6)]
-    expected = [a.clone() for a in args]
-    for _ in range(3):
-        got, want = compiled(*args), fn(*expected)
-        if want is not None:
-            torch.testing.assert_close(got, want)
-        for a, e in zip(args, expected):
-            torch.testing.assert_close(a, e)
-    assert minidynamo.stats()["backend_fallbacks"] == 0, list(counters.fallbacks)
-    (graph,) = [g for g in perf._graphs if g.times.number > first and getattr(g, "writes_inputs", None)]
+    _, graph = _compiled_writing_graph(fn, (6, 6))
     assert sum(len(group.in_place) for group in graph.groups) == in_place
     assert graph.source.count("__builtin_memcpy(in") == sum(len(g.writeback) for g in graph.groups) - in_place
