@@ -133,6 +133,8 @@ def generate(seed: int, allowed: Sequence[str] = ALL_FAMILIES, backend: Optional
     chosen = [f for f in allowed if f == "tensor_ops" or rng.random() < 0.4]
     if backend != "eager":  # generated kernels draw random numbers their own way
         chosen = [f for f in chosen if f != "rng"]
+    if not chosen:  # `allowed` without tensor_ops: a body needs a family
+        chosen = [rng.choice([f for f in allowed if backend == "eager" or f != "rng"] or ["tensor_ops"])]
     shape = tuple(rng.randint(1, 5) for _ in range(rng.choice((1, 2, 2, 2, 3, 4))))
     gen = Gen(rng, shape, module_target="module_target" in chosen, skipped=skipped)
     for name in chosen:
