@@ -382,8 +382,20 @@ class Comparer:
             self._function(e, c, path)
         elif isinstance(e, types.CellType):
             self.compare(_cell_slot(e, "").get(), _cell_slot(c, "").get(), f"{path}.cell_contents")
+        elif _is_numpy_float(e):
+            self._numpy_float(e, c, path)
         else:
             self._other(e, c, path)
+
+    def _numpy_float(self, e: Any, c: Any, path: str) -> None:
+        """numpy floats compare with tolerance: compiled numpy code runs torch's kernels, not numpy's."""
+        numpy = sys.modules["numpy"]
+        e_arr, c_arr = numpy.asarray(e), numpy.asarray(c)
+        if e_arr.dtype != c_arr.dtype or e_arr.shape != c_arr.shape:
+            raise _Mismatch(path, f"dtype {c_arr.dtype} shape {c_arr.shape} instead of {e_arr.dtype} {e_arr.shape}", e, c)
+        detail = tensor_difference(torch.from_numpy(e_arr.copy()), torch.from_numpy(c_arr.copy()), exact=False)
+        if detail is not None:
+            raise _Mismatch(path, detail, e, c)
 
     def _same_identity(self, e: Any, c: Any, path: str) -> bool:
         """Checks that `c` is the object eager's `e` stands for; False when already compared."""
@@ -474,6 +486,12 @@ class Comparer:
             self.storages[e_ptr] = (c_ptr, path)
         elif seen[0] != c_ptr:
             raise _Mismatch(path, f"eager shares memory with {seen[1]}, compiled does not", e, c)
+
+
+def _is_numpy_float(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, (numpy.ndarray, numpy.floating)) and \
+        value.dtype.kind == "f" and value.dtype.isnative
 
 
 def tensor_difference(e: torch.Tensor, c: torch.Tensor, exact: bool) -> Optional[str]:
@@ -746,7 +764,8 @@ def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) 
 
     Tensors compare bitwise (NaN equal to NaN) for backends that run the graph with torch's kernels;
     other backends compare with `config.verify_rtol` / `config.verify_atol` (torch.testing's defaults
-    for the dtype when None). State the copies cannot isolate (objects reached only through attributes
+    for the dtype when None), as numpy floats always do (compiled numpy code runs torch's kernels).
+    State the copies cannot isolate (objects reached only through attributes
     of modules or other libraries, files) is seen by both runs.
     """
     fn = verified.fn

@@ -322,6 +322,19 @@ def test_dataclass_with_a_default_factory_made_in_both_runs():
     assert verify.counts["verified"] > 0
 
 
+def test_numpy_floats_compare_with_tolerance_and_wrong_ones_are_caught():
+    """Compiled numpy code runs torch's kernels, whose float32 sums round otherwise than numpy's."""
+    np = pytest.importorskip("numpy")
+    a = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+
+    def gram(a):
+        return a @ a.T, np.float32(a.sum())
+
+    minidynamo.optimize("eager")(gram)(a)
+    with pytest.raises(VerifyError, match="return value"):
+        minidynamo.optimize(plus_one_backend)(gram)(a)
+
+
 def test_random_python_and_torch_numbers():
     def f(x):
         return x + torch.rand(2) + random.random()
