@@ -10,15 +10,16 @@ identically seeded model; its results are checked against eager (loss and gradie
 parameters after three steps; a gradient eager leaves None, for a parameter only an unused output
 depends on, is zeros in both compilers) before anything is timed; then all systems are timed interleaved,
 call by call, and medians reported, in CPU time of the calling thread (1 thread; on a machine
-shared with other work, wall time penalises the longer calls, which are descheduled more often). Each row runs in a fresh
-`python -m benchmarks.bench_train --worker MODEL/MODE` process, and the first call of each compiled
-system is timed there with the code generators' caches empty (fresh minidynamo and inductor cache
-directories, inductor's FX graph cache off, nothing loaded into memory by an earlier row): the
-compile time a user sees the first time.
+shared with other work, wall time penalises the longer calls, which are descheduled more often).
+Each row runs in a fresh `python -m benchmarks.bench_train --worker MODEL/MODE` process, and the
+first call of each compiled system is timed there with the code generators' caches empty (fresh
+minidynamo and inductor cache directories, inductor's FX graph cache off, nothing loaded into
+memory by an earlier row): the compile time a user sees the first time.
 """
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -161,7 +162,10 @@ def run(quick: bool = False, models: Tuple[str, ...] = MODELS) -> dict:
     rows: List[dict] = []
     for name in models:
         for mode in _modes(name):
-            row = spawn("bench_train", f"{name}/{mode}", repeat, threads=1, timeout_s=1200)
+            try:
+                row = spawn("bench_train", f"{name}/{mode}", repeat, threads=1, timeout_s=1200)
+            except subprocess.TimeoutExpired as exc:  # recorded, the run goes on
+                row = {"error": f"timed out after {exc.timeout:.0f} s"}
             rows.append({"model": name, "mode": mode, **row})
             print(f"[train] {name} {mode}: first calls {row.get('first_s')}", file=sys.stderr, flush=True)
     return {"rows": rows, "systems": list(SYSTEMS), "source": SOURCE, "repeat": repeat}
