@@ -688,6 +688,14 @@ def _group_part(group: KernelGroup, rendered: Dict[str, CppKernel], buffers: Dic
     return "\n".join(sources + [_group_source(group, rendered, buffers, symbols, shared)])
 
 
+def _loads_as(step: Union[Step, Gemm, Conv, IndexedStep, Copy, Gather], writeback: Dict[str, str],
+              in_place: Set[str]) -> Dict[str, str]:
+    """Input -> the buffer of its new value, for the new values `step` stores in place."""
+    if not isinstance(step, Kernel):
+        return {}
+    return {writeback[n]: n for n in sorted(in_place & step.stored)}
+
+
 def _render_step(k: Union[Kernel, Gemm, Conv, IndexedStep, Copy, Gather], buffers: Dict[str, Buffer],
                  symbols: Sequence[str], loads_as: Dict[str, str]) -> CppKernel:
     if isinstance(k, Kernel):
@@ -716,7 +724,7 @@ def render_cpp(steps: Sequence[Union[Step, Gemm, Conv, IndexedStep, Copy, Gather
     the end of their group (see KernelGroup); those of `in_place` are stored in the input itself
     (see cpp_pipeline._stored_in_place)."""
     writeback = writeback or {}
-    rendered = [_render_step(k, buffers, symbols, {writeback[n]: n for n in in_place & getattr(k, "stored", set())})
+    rendered = [_render_step(k, buffers, symbols, _loads_as(k, writeback, in_place))
                 for k in steps if isinstance(k, GENERATED)]
     by_name = {e.name: e for e in rendered}
     groups = group_kernels(steps, by_name, buffers, keep, writeback)
