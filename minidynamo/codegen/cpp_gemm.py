@@ -14,8 +14,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import torch
 
 from .graph_lowering import ExternArg
-from .ir import Buffer, ExternNode, contiguous_strides, loads, numel
-from .scheduler import Step, replace_externs
+from .ir import Buffer, ExternNode, contiguous_strides, numel
+from .scheduler import Step, replace_externs, step_reads
 from .sizes import any_symbolic
 
 _ROUTINES = {torch.float32: ("sgemm_", "float"), torch.float64: ("dgemm_", "double")}
@@ -77,17 +77,11 @@ def use_gemms(steps: Sequence[Step], buffers: Dict[str, Buffer], parameters: Set
     if blas_routines() is None:
         return list(steps)
     out = replace_externs(steps, lambda node, i: _as_gemm(node, buffers, i))
-    other_reads = set().union(*(_reads(s) for s in out if not isinstance(s, Gemm)), set())
+    other_reads = set().union(*(step_reads(s) for s in out if not isinstance(s, Gemm)), set())
     for g in out:
         if isinstance(g, Gemm) and g.b.buffer not in other_reads and g.a.buffer != g.b.buffer:
             g.packed_b = prepackable(g.b, buffers, parameters)
     return out
-
-
-def _reads(step: Step) -> Set[str]:
-    if isinstance(step, ExternNode):
-        return set(step.reads)
-    return {ld.buffer for kn in step.knodes() for ld in loads(kn.body)}
 
 
 def _as_gemm(node: ExternNode, buffers: Dict[str, Buffer], index: int) -> Optional[Gemm]:

@@ -24,7 +24,7 @@ from .cpp_wrapper import CppGraph
 from .graph_lowering import GraphLowering, is_dense
 from .ir import Buffer, ExternNode, loads
 from .pipeline import lower_and_schedule
-from .scheduler import Kernel, Step
+from .scheduler import Kernel, Step, step_reads
 from .sizes import hints_of
 
 
@@ -116,15 +116,11 @@ def _stored_in_place(steps: Sequence[Step], found: Dict[str, str], buffers: Dict
     for n, x in found.items():
         kernel = steps[made_at[n]]
         later = steps[made_at[n] + 1:]
-        if all(isinstance(s, Kernel) and not {x, n} & _kernel_reads(s) for s in later) \
-                and not any(isinstance(s, ExternNode) and x in s.reads for s in steps) \
+        if all(isinstance(s, Kernel) and not {x, n} & step_reads(s) for s in later) \
+                and not any(isinstance(s, ExternNode) and x in step_reads(s) for s in steps) \
                 and _reads_only_what_it_replaces(kernel, n, x, buffers):
             out.add(n)
     return out
-
-
-def _kernel_reads(kernel: Kernel) -> Set[str]:
-    return {ld.buffer for kn in kernel.knodes() for ld in loads(kn.body)}
 
 
 def _reads_only_what_it_replaces(kernel: Kernel, n: str, x: str, buffers: Dict[str, Buffer]) -> bool:

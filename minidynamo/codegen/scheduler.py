@@ -87,6 +87,13 @@ class Kernel:
 Step = Union[Kernel, ExternNode]
 
 
+def step_reads(step: Step) -> Set[str]:
+    """The buffers a step reads from memory."""
+    if isinstance(step, ExternNode):
+        return set(step.reads)
+    return {ld.buffer for kn in step.knodes() for ld in loads(kn.body)}
+
+
 def replace_externs(steps: Sequence[Step], convert: Callable[[ExternNode, int], Optional[Any]]) -> List[Any]:
     """`steps` with each extern call that `convert` (given the call and its position) can run in
     the generated code replaced by the step it returns."""
