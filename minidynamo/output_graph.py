@@ -108,6 +108,9 @@ class OutputGraph:
         self.substitutions: Dict[int, TensorVariable] = {}
         # mutable containers already wrapped, by identity: the same object gets the same tracker
         self.tracked_containers: Dict[int, Tuple[Any, VariableTracker]] = {}
+        # real closure cells reached (the frame's free variables, those of functions it calls), by identity:
+        # every function closing over one shares its tracker, so what one writes the others read
+        self.real_cells: Dict[int, Tuple[Any, VariableTracker]] = {}
         # values wrapped into trackers that hold no state of their own (see VariableBuilder.__call__):
         # (source name, id, builder options) -> (the value, its tracker)
         self.wrapped: Dict[Tuple[Any, ...], Tuple[Any, VariableTracker]] = {}

@@ -259,18 +259,10 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         return None
 
     def LOAD_DEREF(self, inst: Instr) -> None:
-        cell = self.cell(inst.arg.name)
-        if cell.contents is None:
-            unimplemented(f"free variable '{inst.arg.name}' referenced before assignment")
-        self.push(cell.contents)
+        self.push(self.cell(inst.arg.name).load(inst.arg.name))
 
     def STORE_DEREF(self, inst: Instr) -> None:
-        cell = self.cell(inst.arg.name)
-        if not cell.writable:
-            if cell.frame_name is None and cell.cell_source is None:
-                unimplemented(f"assigning the variable '{inst.arg.name}' of an enclosing function (nonlocal)")
-            self.output.side_effects.store_cell(cell, cell.frame_name, cell.cell_source)
-        cell.contents = self.pop()
+        self.cell(inst.arg.name).store(self, inst.arg.name, self.pop())
 
     def LOAD_CLOSURE(self, inst: Instr) -> None:
         self.push(self.cell(inst.arg.name))
@@ -446,10 +438,6 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
     def root_globals(self) -> Dict[str, Any]:
         return self.f_globals
 
-    def frame_cell(self, cell: Any) -> Optional[CellVariable]:
-        """The tracker of a real closure cell of the frame being converted, if `cell` is one."""
-        return None
-
     def inline_user_function(
         self, fn: BaseUserFunctionVariable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]
     ) -> VariableTracker:
@@ -556,12 +544,10 @@ class InstructionTranslator(InstructionTranslatorBase):
         # the global state, output.progress()); see end_before_failed_call
         self.call_mark: Optional[Tuple[Any, ...]] = None
         closure = getattr(getattr(frame, "f_func", None), "__closure__", None) or ()
-        # real cell -> its tracker, so that functions closing over the same cell share it
-        self.frame_cells: Dict[int, CellVariable] = {}
         for name, real_cell in zip(code.co_freevars, closure):  # an empty cell may be assigned later
             value = self.wrap(self.f_locals[name], LocalSource(name)) if name in self.f_locals else None
             self.cells[name] = CellVariable(value, writable=False, frame_name=name)
-            self.frame_cells[id(real_cell)] = self.cells[name]
+            output.real_cells[id(real_cell)] = (real_cell, self.cells[name])
 
     def run(self) -> None:
         if reads_own_frame(self.instructions):
@@ -601,9 +587,6 @@ class InstructionTranslator(InstructionTranslatorBase):
     def make_cell(self, name: str) -> None:
         super().make_cell(name)
         self.cells[name].frame_name = name
-
-    def frame_cell(self, cell: Any) -> Optional[CellVariable]:
-        return self.frame_cells.get(id(cell))
 
     def initial_local(self, name: str) -> Optional[VariableTracker]:
         if name in self.f_locals:
@@ -746,9 +729,6 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
 
     def root_globals(self) -> Dict[str, Any]:
         return self._root_globals
-
-    def frame_cell(self, cell: Any) -> Optional[CellVariable]:
-        return self.parent.frame_cell(cell)
 
     def RETURN_VALUE(self, inst: Instr) -> bool:
         self.return_value = self.pop()

@@ -26,7 +26,7 @@ from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVari
 from .higher_order import CheckpointVariable, FunctionalCallVariable, FunctionTransformVariable, is_function_transform
 from .lists import ListVariable, SetVariable, TupleVariable
 from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode,
-                   WeakRefVariable, WithExitVariable, is_torch_object)
+                   WeakRefVariable, WithExitVariable, is_torch_object, real_cell_variable)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable
@@ -225,6 +225,9 @@ class VariableBuilder:
                 return UserFunctionVariable(value, source, by_structure=True)
             self.guard(GuardKind.ID_MATCH, value)
             return UserFunctionVariable(value, source)
+        if isinstance(value, types.CellType):  # the one tracker of this cell, which functions closing over it share
+            self.guard(GuardKind.ID_MATCH, value)
+            return real_cell_variable(tx, value, source)
         if isinstance(value, functools._lru_cache_wrapper) and isinstance(value.__wrapped__, types.FunctionType):
             self.guard(GuardKind.ID_MATCH, value)
             return CachedFunctionVariable(value, source)

@@ -12,12 +12,12 @@ import torch
 from ..exc import unimplemented
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
-from ..source import AttrSource, CellContentsSource, ContainsSource, DefaultsSource, GetItemSource
+from ..source import AttrSource, ContainsSource, DefaultsSource, GetItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable, is_none
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
-from .misc import CellVariable
+from .misc import real_cell_variable
 
 CO_VARARGS, CO_VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
 CO_ASYNC = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
@@ -174,6 +174,9 @@ class UserFunctionVariable(BaseUserFunctionVariable):
             return self._wrap_real(tx, getattr(self.fn, name), self.source and AttrSource(self.source, name))
         if name == "__get__" and not self.by_structure:
             return FunctionGetVariable(self)
+        if name == "__closure__":  # fixed for the life of the function, which is guarded
+            cells = list(self.closure_cells(tx).values())
+            return TupleVariable(cells) if cells else ConstantVariable(None)
         return super().var_getattr(tx, name)
 
     def _wrap_real(self, tx, value: Any, source) -> VariableTracker:
@@ -203,18 +206,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
     def closure_cells(self, tx) -> Dict[str, VariableTracker]:
         cells: Dict[str, VariableTracker] = {}
         for i, (name, cell) in enumerate(zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ())):
-            shared = tx.frame_cell(cell)
-            if shared is not None:
-                cells[name] = shared
-                continue
-            try:
-                contents = cell.cell_contents
-            except ValueError:
-                unimplemented(f"free variable '{name}' of {self.fn.__qualname__} is not yet bound")
-            cell_source = self.source and GetItemSource(AttrSource(self.source, "__closure__"), i)
-            contents_source = cell_source and CellContentsSource(cell_source)
-            cells[name] = CellVariable(self._wrap_real(tx, contents, contents_source), writable=False,
-                                       cell_source=cell_source)
+            cells[name] = real_cell_variable(tx, cell, self.source and GetItemSource(AttrSource(self.source, "__closure__"), i))
         return cells
 
 
@@ -339,6 +331,8 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         self.closure = closure
         self.wrapped: Optional[VariableTracker] = None  # set by functools.wraps(wrapped)
 
+    has_identity = True  # stored in two places, it is one function in both
+
     def describe(self) -> str:
         return f"function {self.code.co_qualname}"
 
@@ -352,6 +346,8 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
                "__doc__": self.code.co_consts[0] if self.code.co_consts and isinstance(self.code.co_consts[0], str) else None}
         if name in own:
             return ConstantVariable(own[name])
+        if name == "__closure__":
+            return self.closure if self.closure is not None else ConstantVariable(None)
         return super().var_getattr(tx, name)
 
     def get_code(self) -> types.CodeType:
@@ -380,9 +376,8 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return dict(zip(self.code.co_freevars, cells))
 
     def reconstruct(self, codegen) -> None:
-        """MAKE_FUNCTION in the generated code; closure cells must be cells of the compiled frame,
-        which first receive their final contents. A function given names by functools.wraps gets
-        them again from functools.update_wrapper."""
+        """MAKE_FUNCTION in the generated code over its cells (see CellVariable.reconstruct). A function
+        given names by functools.wraps gets them again from functools.update_wrapper."""
         if self.wrapped is not None:
             codegen.load_function(functools.update_wrapper)
         self._make_function(codegen)
@@ -399,15 +394,7 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
             codegen.reconstruct(self.kwdefaults)
             flags |= 0x02
         if self.closure is not None:
-            cells = self.closure.items
-            for cell in cells:
-                if not isinstance(cell, CellVariable) or cell.frame_name is None:
-                    unimplemented(f"returning {self.describe()}, which closes over an inlined function's variables")
-                if cell.writable and cell.contents is not None:
-                    codegen.reconstruct(cell.contents)
-                    codegen.store_local(cell.frame_name)
-                codegen.load_closure(cell.frame_name)
-            codegen.append("BUILD_TUPLE", len(cells))
+            codegen.reconstruct(self.closure)
             flags |= 0x08
         codegen.load_const(self.code)
         codegen.append("MAKE_FUNCTION", flags)

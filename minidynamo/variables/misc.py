@@ -13,7 +13,7 @@ import torch
 
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
-from ..source import AttrSource, CallSource, GetItemSource, ModuleGlobalsSource
+from ..source import AttrSource, CallSource, CellContentsSource, GetItemSource, ModuleGlobalsSource
 from .base import BoundMethodCall, VariableTracker  # noqa: F401 - BoundMethodCall: still importable from here
 from .constant import ConstantVariable
 
@@ -29,7 +29,7 @@ class NullVariable(VariableTracker):
 
 
 class CellVariable(VariableTracker):
-    """A closure cell holding a tracker. Cells made by the traced code are writable;
+    """A closure cell holding a tracker (None: empty). Cells made by the traced code are writable;
     a real cell of an existing function is not, since writes to it would have to be replayed."""
 
     def __init__(
@@ -47,8 +47,77 @@ class CellVariable(VariableTracker):
         self.frame_name = frame_name
         self.cell_source = cell_source
 
+    # a cell made by an inlined call is built once by generated code: closures sharing it share one cell
+    has_identity = True
+
     def describe(self) -> str:
         return "closure cell"
+
+    def python_type(self) -> type:
+        return types.CellType
+
+    def load(self, name: str) -> VariableTracker:
+        """LOAD_DEREF: the contents, or a break where eager raises on an empty cell."""
+        if self.contents is None:
+            unimplemented(f"free variable '{name}' referenced before assignment")
+        return self.contents
+
+    def store(self, tx, name: str, value: VariableTracker) -> None:
+        """STORE_DEREF: a real cell's write is replayed after the graph (its final contents)."""
+        if not self.writable:
+            if self.frame_name is None and self.cell_source is None:
+                unimplemented(f"assigning the variable '{name}' of an enclosing function (nonlocal)")
+            tx.output.side_effects.store_cell(self, self.frame_name, self.cell_source)
+        self.contents = value
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name == "cell_contents":
+            if self.contents is None:
+                unimplemented("reading the contents of an empty cell (ValueError)")
+            return self.contents
+        return super().var_getattr(tx, name)
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if name == "cell_contents":
+            self.store(tx, name, value)
+        else:
+            super().store_attr(tx, name, value)
+
+    def reconstruct(self, codegen) -> None:
+        """The cell object: the frame's own (holding its final contents first), a real one read at
+        its source, or a new cell holding what the trace left in it."""
+        if self.frame_name is not None:
+            if self.writable and self.contents is not None:
+                codegen.reconstruct(self.contents)
+                codegen.store_local(self.frame_name)
+            codegen.load_closure(self.frame_name)
+        elif self.cell_source is not None:
+            self.cell_source.reconstruct(codegen)
+        elif self.writable:
+            codegen.load_function(types.CellType)
+            if self.contents is not None:
+                codegen.reconstruct(self.contents)
+            codegen.call(0 if self.contents is None else 1)
+        else:
+            unimplemented("rebuilding a closure cell that has no source")
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.contents] if self.contents is not None else []
+
+
+def real_cell_variable(tx, cell: types.CellType, source) -> CellVariable:
+    """The one tracker of an existing cell in this trace: every function closing over it, and the cell
+    object itself, share it, so what one writes the others read. `source` reaches the cell object."""
+    known = tx.output.real_cells.get(id(cell))
+    if known is not None:
+        return known[1]
+    try:
+        contents = tx.wrap(cell.cell_contents, source and CellContentsSource(source))
+    except ValueError:  # empty: reading it breaks the trace, as eager raises there
+        contents = None
+    variable = CellVariable(contents, writable=False, cell_source=source)
+    tx.output.real_cells[id(cell)] = (cell, variable)
+    return variable
 
 
 _MODULES_SCOPE = "___sys_modules"
