@@ -15,7 +15,7 @@ from .output_graph import OutputGraph
 from .pycodegen import PyCodegen
 from .resume_execution import ResumeSpec, fresh_arguments, resume_code, stack_prefix
 from .skip_policy import never_convert
-from .variables import ConstantVariable, NullVariable, VariableTracker, is_new_each_call
+from .variables import CellVariable, ConstantVariable, NullVariable, VariableTracker, is_new_each_call
 
 PassedLocals = List[Tuple[str, Optional[VariableTracker]]]  # (name, tracker), or None: from its slot
 
@@ -59,8 +59,12 @@ def transformed_code(output: OutputGraph, ending: FrameEnding, graph_fn: Optiona
     codegen = PyCodegen(output.code)
     if graph_fn is not None:
         _call_graph(codegen, output, graph_fn)
-    if output.side_effects:
-        _read_sources_first(codegen, [*ending.live_values(), *output.side_effects.values()])
+    built = [*ending.live_values(), *output.side_effects.values()]
+    cells = _cells_made(built)
+    if output.side_effects or cells:
+        _read_sources_first(codegen, built)
+    for cell in cells:
+        cell.write_contents(codegen)
     output.side_effects.codegen(codegen)
     if isinstance(ending, ReturnEnding):
         codegen.reconstruct(ending.value)
@@ -100,6 +104,23 @@ def _read_sources_first(codegen: PyCodegen, values: List[VariableTracker]) -> No
                 codegen.read_now(value)
         else:
             stack.extend(value.subvalues())
+
+
+def _cells_made(values: List[VariableTracker]) -> List[CellVariable]:
+    """The cells made by the trace (the frame's, or its inlined calls') below `values`: generated code
+    fills them before building what closes over them (see CellVariable.write_contents)."""
+    seen: Set[int] = set()
+    cells: List[CellVariable] = []
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if id(value) in seen or value.source is not None:
+            continue
+        seen.add(id(value))
+        if isinstance(value, CellVariable) and value.writable:
+            cells.append(value)
+        stack.extend(value.subvalues())
+    return cells
 
 
 def _set_grad_mode(codegen: PyCodegen, mode: bool) -> None:

@@ -342,6 +342,50 @@ def test_closure_over_a_foreign_cell_escapes():
     check_twins(make)
 
 
+def _make_recursive(step):
+    def rec(n, t):
+        return t if n == 0 else rec(n - 1, t + step)
+
+    return rec
+
+
+def test_recursive_closures_escape():
+    """A function closing over its own cell: the cell is filled before anything is built over it."""
+    def make():
+        kept = {}
+
+        def f(x):
+            def down(n, t):
+                return t if n == 0 else down(n - 1, t * 2)
+
+            kept["down"] = down
+            kept["up"] = _make_recursive(1)
+            return down(2, x) + kept["up"](2, x)
+
+        return f, lambda: (kept["down"](3, 1), kept["up"](3, 1))
+
+    check_twins(make, breaks=0)
+
+
+def test_argument_cell_read_before_rebinding_escapes():
+    def make():
+        kept = {}
+
+        def f(x, k=2):
+            old = k
+
+            def both():
+                return old, k
+
+            k = k + 5
+            kept["both"] = both
+            return x * k
+
+        return f, lambda: kept["both"]()
+
+    check_twins(make, breaks=0)
+
+
 def test_closure_escaping_before_a_break_sees_writes_after_it():
     def make():
         kept = {}

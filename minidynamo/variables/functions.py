@@ -365,9 +365,7 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return bind_arguments(self.code, args, kwargs, defaults, kwdefaults)
 
     def subvalues(self) -> List[VariableTracker]:
-        values = [v for v in (self.defaults, self.kwdefaults, self.wrapped) if v is not None]
-        cells = self.closure.items if self.closure is not None else []
-        return values + [c.contents for c in cells if getattr(c, "contents", None) is not None]
+        return [v for v in (self.defaults, self.kwdefaults, self.wrapped, self.closure) if v is not None]
 
     def closure_cells(self, tx) -> Dict[str, VariableTracker]:
         if self.closure is None:

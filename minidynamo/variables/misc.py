@@ -84,22 +84,30 @@ class CellVariable(VariableTracker):
             super().store_attr(tx, name, value)
 
     def reconstruct(self, codegen) -> None:
-        """The cell object: the frame's own (holding its final contents first), a real one read at
-        its source, or a new cell holding what the trace left in it."""
+        """The cell object: the frame's own, a real one read at its source, or a new one, built empty
+        (see write_contents)."""
         if self.frame_name is not None:
-            if self.writable and self.contents is not None:
-                codegen.reconstruct(self.contents)
-                codegen.store_local(self.frame_name)
             codegen.load_closure(self.frame_name)
         elif self.cell_source is not None:
             self.cell_source.reconstruct(codegen)
         elif self.writable:
             codegen.load_function(types.CellType)
-            if self.contents is not None:
-                codegen.reconstruct(self.contents)
-            codegen.call(0 if self.contents is None else 1)
+            codegen.call(0)
         else:
             unimplemented("rebuilding a closure cell that has no source")
+
+    def write_contents(self, codegen) -> None:
+        """Generated code putting what the trace left in a cell it made (the frame's, or an inlined
+        call's) into the real cell; written before functions closing over it are built, one closing over
+        itself included."""
+        if not self.writable or self.contents is None:
+            return
+        codegen.reconstruct(self.contents)
+        if self.frame_name is not None:
+            codegen.store_local(self.frame_name)
+        else:
+            codegen.reconstruct(self)
+            codegen.append("STORE_ATTR", "cell_contents")
 
     def subvalues(self) -> List[VariableTracker]:
         return [self.contents] if self.contents is not None else []
