@@ -192,6 +192,210 @@ def closures(gen: "Gen") -> None:
                     "K{i}.__closure__[0].cell_contents = 0.5", "K{i} = lambda t: t + 1", "K{i} = _make_k{i}()[0]"])
 
 
+def cells(gen: "Gen") -> None:
+    """Closure cells shared across inlined frames: existing closures and methods over one cell, cells of the
+    target written by its closures, closures escaping into a global and called on later calls, graph breaks
+    between a write and a read; the cells changed from outside between calls."""
+    i = gen.name("")
+    _add(gen, "cells", i, setup=_CELLS_SETUP, body=[
+        "PUT{i}(y.sum())\ny = y + GET{i}()", "BUMP{i}()\ny = y * COUNT{i}()", "y = y + GET{i}()",
+        "ACC{i}.add(y.mean())\ny = y + ACC{i}.read()", "out.append(COUNT{i}())", "PUT{i}(GET{i}() * 2)",
+        "ACC{i}.add(1.0)\nout.append(GET{i}())", "y = y * GET{i}.__closure__[0].cell_contents",
+        "GET{i}.__closure__[0].cell_contents = y.mean()\ny = y + ACC{i}.read()",
+        "PUT{i}(y.sum())\nprint('cells', {i})\ny = y + GET{i}()",
+        "c{i} = 0\ndef inc{i}():\n    nonlocal c{i}\n    c{i} += 1\ndef rd{i}():\n    return c{i}\n"
+        "inc{i}()\ny = y + rd{i}()\ninc{i}()\nout.append(rd{i}())",
+        "k{i} = y.sum()\ndef kget{i}():\n    return k{i}\nKEPT{i}['get'] = kget{i}\nk{i} = k{i} + 1",
+        "if 'get' in KEPT{i}:\n    y = y + KEPT{i}['get']()",
+        "p{i}, g{i} = MAKE_PAIR{i}(y.sum())\np{i}(y.mean())\nKEPT{i}['pair'] = (p{i}, g{i})\ny = y + g{i}()",
+        "if 'pair' in KEPT{i}:\n    KEPT{i}['pair'][0](y.sum())\n    y = y + KEPT{i}['pair'][1]()",
+        "inc{i} = COUNTER{i}()\ninc{i}()\nKEPT{i}['inc'] = inc{i}\ny = y * inc{i}()",
+        "if 'inc' in KEPT{i}:\n    y = y + KEPT{i}['inc']()",
+        "w{i} = 1\ndef wrd{i}():\n    return w{i}\nKEPT{i}['wrd'] = wrd{i}\nprint('brk', {i})\nw{i} = w{i} + 2\n"
+        "y = y * wrd{i}()",
+        "d{i} = y\ndef dget{i}():\n    return d{i}\ny = dget{i}() + 1\ndel d{i}",
+        "def bset{i}():\n    nonlocal b\n    b = b + 1\nbset{i}()\ny = y + b",
+        "def sget{i}():\n    return s\nout.append(sget{i}())",
+        "v{i} = y.sum()\nfs{i} = [lambda: v{i} for _ in range(2)]\nv{i} = v{i} * 2\ny = y + sum(fn() for fn in fs{i})",
+        "q{i} = 2\ng{i} = lambda t, q=q{i}: t * q + q{i}\nq{i} = 3\ny = g{i}(y)",
+        "n{i} = 0\ndef a{i}():\n    def inner():\n        nonlocal n{i}\n        n{i} += 1\n        return n{i}\n"
+        "    return inner()\na{i}()\ny = y + a{i}()",
+        "def rec{i}(k, t):\n    return t if k == 0 else rec{i}(k - 1, t + 1)\ny = rec{i}(2, y)",
+        "l{i} = []\ndef ladd{i}(t):\n    l{i}.append(t)\nladd{i}(y.sum())\nladd{i}(1)\nout.append(len(l{i}))",
+        "y = SUB{i}.val(y)",
+    ], mutations=[
+        "PUT{i}({T1})", "PUT{i}(2.0)", "PUT{i}(3)", "PUT{i}(-0.0)", "BUMP{i}()", "ACC{i}.add(1.0)",
+        "GET{i}.__closure__[0].cell_contents = {T1}", "KEPT{i}.clear()", "KEPT{i}.pop('get', None)",
+        "if 'pair' in KEPT{i}:\n    KEPT{i}['pair'][0](5.0)", "if 'inc' in KEPT{i}:\n    KEPT{i}['inc']()",
+        "PUT{i}, GET{i}, BUMP{i}, COUNT{i}, ACC{i} = _cells{i}()", "CellBase{i}.val = lambda self, t: t * 3",
+    ])
+
+
+_CELLS_SETUP = """def _cells{i}():
+    v = {T1}
+    n = 0
+
+    def put(t):
+        nonlocal v
+        v = t
+
+    def get():
+        return v
+
+    def bump():
+        nonlocal n
+        n += 1
+        return n
+
+    def count():
+        return n
+
+    class Acc:
+        def add(self, t):
+            nonlocal v
+            v = v + t
+
+        def read(self):
+            return v
+
+    return put, get, bump, count, Acc()
+
+
+PUT{i}, GET{i}, BUMP{i}, COUNT{i}, ACC{i} = _cells{i}()
+KEPT{i} = {{}}
+
+
+def MAKE_PAIR{i}(start):
+    c = start
+
+    def put(t):
+        nonlocal c
+        c = t
+
+    def get():
+        return c
+
+    return put, get
+
+
+def COUNTER{i}():
+    c = 0
+
+    def inc():
+        nonlocal c
+        c += 1
+        return c
+
+    return inc
+
+
+class CellBase{i}:
+    def val(self, t):
+        return t + 1
+
+
+class CellSub{i}(CellBase{i}):
+    def val(self, t):
+        return super().val(t) * 2
+
+
+SUB{i} = CellSub{i}()"""
+
+
+def descriptors(gen: "Gen") -> None:
+    """Attribute lookup through descriptors: properties (getter, setter), data and non-data descriptors and
+    instance dicts shadowing them, classmethods, staticmethods, cached_property, __getattr__, __slots__;
+    the descriptors, the classes and the instances changed between calls."""
+    i = gen.name("")
+    _add(gen, "descriptors", i, setup=_DESCRIPTORS_SETUP, body=[
+        "y = y * DO{i}.w", "DO{i}.w = y.sum()\ny = y + DO{i}.w", "y = y + DO{i}.ro", "y = y * DO{i}.d",
+        "DO{i}.d = 2.0\ny = y + DO{i}.d", "y = y + DO{i}.nd", "y = DO{i}.cm(y)", "y = DObj{i}.sm(y)",
+        "y = DO{i}.sm(y)", "y = y + DO{i}.cached", "y = y + DO{i}.dyn", "out.append(hasattr(DO{i}, 'missing'))",
+        "out.append(getattr(DO{i}, 'dyn2', None))", "y = y * DS{i}.a", "out.append(hasattr(DS{i}, 'b'))",
+        "DS{i}.b = y.sum()\ny = y + DS{i}.b", "out.append(type(DObj{i}.__dict__['d']).__name__)",
+        "out.append(isinstance(DObj{i}.nd, NonData{i}))", "o{i} = DObj{i}()\no{i}.w = 3.0\ny = y + o{i}.w + o{i}.d",
+        "out.append(DO{i}.kind)", "y = y + len(DObj{i}.kind)",
+    ], mutations=[
+        "DO{i}.w = 5.0", "DO{i}.__dict__['nd'] = 4.0", "DO{i}.__dict__.pop('nd', None)", "DO{i}.__dict__['d'] = 9.0",
+        "DObj{i}.d = Desc{i}(-1.0, '_d')", "DObj{i}.__dict__['d'].scale = 4.0", "DBase{i}.w = property(lambda self: 11.0)",
+        "DObj{i}.nd = 6.0", "DO{i}.__dict__.pop('cached', None)", "DO{i}._w = -0.5", "DObj{i}.kind = 'derived'",
+        "DObj{i}.sm = staticmethod(lambda t: t * 3)", "DObj{i}.cm = classmethod(lambda cls, t: t + 1)",
+        "DO{i} = DObj{i}()", "DS{i}.a = 2.5", "DObj{i}.ro = 3.0", "DO{i}.dyn = 1.5",
+        "DObj{i}.__getattr__ = lambda self, name: 8.0",
+    ])
+
+
+_DESCRIPTORS_SETUP = """class Desc{i}:
+    def __init__(self, scale, name):
+        self.scale = scale
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return getattr(obj, self.name, 1.0) * self.scale
+
+    def __set__(self, obj, value):
+        setattr(obj, self.name, value)
+
+
+class NonData{i}:
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else 2.0
+
+
+class DBase{i}:
+    kind = 'base'
+
+    def __init__(self):
+        self._w = 1.0
+
+    @property
+    def w(self):
+        return self._w * 2
+
+    @w.setter
+    def w(self, value):
+        self._w = value
+
+    @property
+    def ro(self):
+        return self._w + 1
+
+
+class DObj{i}(DBase{i}):
+    d = Desc{i}(3.0, '_d')
+    nd = NonData{i}()
+
+    @classmethod
+    def cm(cls, t):
+        return t * len(cls.kind)
+
+    @staticmethod
+    def sm(t):
+        return t - 1
+
+    @functools.cached_property
+    def cached(self):
+        return self._w * 5
+
+    def __getattr__(self, name):
+        if name == 'dyn':
+            return 7.0
+        raise AttributeError(name)
+
+
+class DSlots{i}:
+    __slots__ = ('a', 'b')
+
+    def __init__(self):
+        self.a = 1.0
+
+
+DO{i} = DObj{i}()
+DS{i} = DSlots{i}()"""
+
+
 def modules(gen: "Gen") -> None:
     i = gen.name("")
     kind = gen.rng.choice(("mod", "seq", "linear"))
@@ -416,4 +620,5 @@ FAMILIES: Dict[str, Family] = {
     "inplace": inplace, "rng": rng, "globals": globals_, "closures": closures, "modules": modules,
     "module_target": module_target, "objects": objects, "containers": containers, "identity": identity,
     "torch_state": torch_state, "arg_types": arg_types, "arg_tensors": arg_tensors, "backward": backward,
+    "cells": cells, "descriptors": descriptors,
 }
