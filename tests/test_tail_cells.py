@@ -3,6 +3,8 @@ another (existing closures, methods, cell objects, closures made by inlined call
 frame and are called after it returns, cells around graph breaks, deleted cells, argument cells, class
 cells, comprehensions and generators, cells changed from outside between calls. Each shape is compared
 with eager over several calls."""
+import functools
+
 import pytest
 import torch
 
@@ -307,6 +309,51 @@ def test_closures_made_by_an_inlined_call_share_their_new_cell():
             return before, kept["get"]()
 
         return f, observe
+
+    check_twins(make, breaks=0)
+
+
+def test_closures_made_by_an_inlined_call_cross_a_break():
+    def make():
+        kept = {}
+
+        def f(x):
+            put, get = _make_pair(x)
+            put(x + 1)
+            print("break")
+            a = get()
+            put(a * 2)
+            kept["get"] = get
+            return a, get()
+
+        return f, lambda: kept["get"]()
+
+    check_twins(make)
+
+
+def _counting(fn):
+    calls = 0
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        nonlocal calls
+        calls += 1
+        return fn(*args) * calls
+
+    return wrapper
+
+
+def test_wrapper_made_by_a_decorator_escapes():
+    def make():
+        kept = {}
+
+        def f(x):
+            wrapped = _counting(lambda t: t + 1)
+            a = wrapped(x)
+            kept["wrapped"] = wrapped
+            return a, wrapped(x)
+
+        return f, lambda: (kept["wrapped"](1), kept["wrapped"].__name__)
 
     check_twins(make, breaks=0)
 
@@ -740,7 +787,8 @@ def _generator_made_before_a_cell_write(x):
     return list(gen)
 
 
-_RUN_WHEN_MADE = "inlined generators run to completion when made (issue 30, iterators): a cell written later is not seen"
+_RUN_WHEN_MADE = ("inlined generators run to completion when made (issue 30, iterators): a cell written later "
+                  "is not seen")
 
 
 @pytest.mark.parametrize("fn", [pytest.param(fn, id=fn.__name__, marks=xfail_unless_reference(_RUN_WHEN_MADE))

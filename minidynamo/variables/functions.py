@@ -206,7 +206,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
     def closure_cells(self, tx) -> Dict[str, VariableTracker]:
         cells: Dict[str, VariableTracker] = {}
         for i, (name, cell) in enumerate(zip(self.fn.__code__.co_freevars, self.fn.__closure__ or ())):
-            cells[name] = real_cell_variable(tx, cell, self.source and GetItemSource(AttrSource(self.source, "__closure__"), i))
+            cell_source = self.source and GetItemSource(AttrSource(self.source, "__closure__"), i)
+            cells[name] = real_cell_variable(tx, cell, cell_source)
         return cells
 
 

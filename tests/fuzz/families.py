@@ -317,7 +317,8 @@ def descriptors(gen: "Gen") -> None:
         "out.append(DO{i}.kind)", "y = y + len(DObj{i}.kind)",
     ], mutations=[
         "DO{i}.w = 5.0", "DO{i}.__dict__['nd'] = 4.0", "DO{i}.__dict__.pop('nd', None)", "DO{i}.__dict__['d'] = 9.0",
-        "DObj{i}.d = Desc{i}(-1.0, '_d')", "DObj{i}.__dict__['d'].scale = 4.0", "DBase{i}.w = property(lambda self: 11.0)",
+        "DObj{i}.d = Desc{i}(-1.0, '_d')", "DObj{i}.__dict__['d'].scale = 4.0",
+        "DBase{i}.w = property(lambda self: 11.0)",
         "DObj{i}.nd = 6.0", "DO{i}.__dict__.pop('cached', None)", "DO{i}._w = -0.5", "DObj{i}.kind = 'derived'",
         "DObj{i}.sm = staticmethod(lambda t: t * 3)", "DObj{i}.cm = classmethod(lambda cls, t: t + 1)",
         "DO{i} = DObj{i}()", "DS{i}.a = 2.5", "DObj{i}.ro = 3.0", "DO{i}.dyn = 1.5",
