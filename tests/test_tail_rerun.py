@@ -3,6 +3,7 @@ generators (the numbers drawn after the call are eager's), the tensors written i
 wrote part of its output before raising writes it once), the grad mode; resume functions re-run
 inside `with` and `try` blocks; things torch.compile refuses about `mark_dynamic` are refused; verify
 mode does not run a frame's writes outside Python objects twice."""
+import inspect
 import os
 import subprocess
 import sys
@@ -10,10 +11,11 @@ import textwrap
 
 import pytest
 import torch
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 import minidynamo
 from break_harness import compare, compare_runs, run_once
-from translator_harness import REFERENCE, fresh_dynamo  # noqa: F401
+from translator_harness import REFERENCE, fresh_dynamo, optimize  # noqa: F401
 
 G = None
 BAD = torch.tensor([9])  # out of range for every tensor indexed with it here: a runtime error
@@ -261,3 +263,116 @@ def test_resume_function_rerun_inside_with_and_try_blocks():
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
+
+
+# ---- mark_dynamic: what torch.compile refuses is refused ----
+
+def _line_of(fn, text: str) -> str:
+    """`file", line N` of the line of `fn`'s source holding `text`, as tracebacks write it."""
+    lines, first = inspect.getsourcelines(fn)
+    number = first + next(i for i, line in enumerate(lines) if text in line)
+    return f'{fn.__code__.co_filename}", line {number}'
+
+
+def branches_on_the_size(x):
+    if x.shape[0] == 4:
+        return x + 1
+    return x - 1
+
+
+def reshapes_to_the_size(x):
+    return x.reshape(4, -1) * 2
+
+
+def _specialises(x):
+    return x.view(4, 3)
+
+
+def specialises_in_a_callee(x):
+    y = x.sin()
+    return _specialises(y)
+
+
+def specialises_after_a_break(x):
+    y = x.cos()
+    print("break")
+    if x.shape[0] == 4:
+        return y + 1
+    return y
+
+
+SPECIALISING = [(branches_on_the_size, "if x.shape[0] == 4"), (reshapes_to_the_size, "x.reshape(4, -1)"),
+                (specialises_in_a_callee, "x.view(4, 3)"), (specialises_after_a_break, "if x.shape[0] == 4")]
+
+
+@pytest.mark.parametrize("nopython", [False, True])
+@pytest.mark.parametrize("fn,text", SPECIALISING, ids=[fn.__name__ for fn, _ in SPECIALISING])
+def test_a_dim_marked_dynamic_that_the_code_specialises_is_refused(fn, text, nopython):
+    if nopython and fn is specialises_after_a_break:
+        pytest.skip("a graph break under fullgraph is an error of its own")
+    x = torch.ones(4, 3)
+    torch._dynamo.mark_dynamic(x, 0)
+    with pytest.raises(ConstraintViolationError) as raised:
+        optimize("eager", nopython=nopython)(fn)(x)
+    message = str(raised.value)
+    assert "marked L['x'].size()[0] as dynamic but your code specialized it to be a constant (4)" in message
+    where = fn if fn is not specialises_in_a_callee else _specialises
+    assert _line_of(where, text) in message
+
+
+def test_a_dim_marked_dynamic_that_stays_symbolic_compiles():
+    def fn(x):
+        return x.sum(0) * x.shape[0]
+
+    compiled = optimize("eager")(fn)
+    for n in (4, 6, 9):
+        x = torch.ones(n, 3)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert torch.equal(compiled(x), fn(x))
+
+
+def _mark_in_callee(x):
+    torch._dynamo.mark_dynamic(x, 0)
+
+
+MARKS = [(minidynamo.mark_dynamic, "minidynamo.mark_dynamic(x, 0)"),
+         (torch._dynamo.mark_dynamic, "mark(x, 0)"), (torch._dynamo.maybe_mark_dynamic, "mark(x, 0)")]
+
+
+@pytest.mark.parametrize("nopython", [False, True])
+@pytest.mark.parametrize("mark", [m for m, _ in MARKS], ids=["minidynamo.mark_dynamic", "mark_dynamic", "maybe_mark_dynamic"])
+def test_mark_dynamic_inside_the_compiled_function_is_refused(mark, nopython):
+    if REFERENCE and mark is minidynamo.mark_dynamic:
+        pytest.skip("torch traces minidynamo's function as any other")
+
+    def fn(x):
+        y = x * 2
+        if mark is minidynamo.mark_dynamic:
+            minidynamo.mark_dynamic(x, 0)
+        else:
+            mark(x, 0)
+        return y
+
+    with pytest.raises(AssertionError, match="forbidden callable") as raised:
+        optimize("eager", nopython=nopython)(fn)(torch.ones(4, 3))
+    text = "minidynamo.mark_dynamic(x, 0)" if mark is minidynamo.mark_dynamic else "mark(x, 0)"
+    assert _line_of(fn, text) in str(raised.value)
+
+
+def test_mark_dynamic_in_a_callee_of_the_compiled_function_is_refused():
+    def fn(x):
+        _mark_in_callee(x)
+        return x + 1
+
+    with pytest.raises(AssertionError, match="forbidden callable") as raised:
+        optimize("eager")(fn)(torch.ones(4, 3))
+    assert _line_of(_mark_in_callee, "mark_dynamic(x, 0)") in str(raised.value)
+
+
+def test_mark_static_inside_the_compiled_function_is_traced():
+    def fn(x):
+        torch._dynamo.mark_static(x, 0)
+        return x + 1
+
+    x = torch.ones(4, 3)
+    assert torch.equal(optimize("eager")(fn)(x), x + 1)
