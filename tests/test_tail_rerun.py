@@ -376,3 +376,96 @@ def test_mark_static_inside_the_compiled_function_is_traced():
 
     x = torch.ones(4, 3)
     assert torch.equal(optimize("eager")(fn)(x), x + 1)
+
+
+# ---- verify mode: effects outside Python objects happen once ----
+
+OUT = None  # a file object some cases write through
+
+
+def writes_a_file(x, path):
+    with open(path, "a") as f:
+        f.write("line\n")
+    return x + 1
+
+
+def appends_bytes_through_os_open(x, path):
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, b"line\n")
+    os.close(fd)
+    return x * 2
+
+
+def prints_to_a_global_file(x, path):
+    print("line", file=OUT)
+    return x - 1
+
+
+def writes_through_a_graph_break(x, path):
+    y = x.sin()
+    with open(path, "a") as f:
+        print("line", file=f)
+    return y.cos()
+
+
+FILE_WRITERS = [writes_a_file, appends_bytes_through_os_open, prints_to_a_global_file, writes_through_a_graph_break]
+
+
+@pytest.mark.skipif(REFERENCE, reason="verify mode is minidynamo's")
+@pytest.mark.parametrize("fn", FILE_WRITERS, ids=[fn.__name__ for fn in FILE_WRITERS])
+def test_verify_mode_writes_a_file_once(fn, tmp_path, monkeypatch, caplog):
+    global OUT
+    monkeypatch.setattr(minidynamo.config, "verify", True)
+    path = str(tmp_path / "out.txt")
+    OUT = open(path, "a")
+    try:
+        compiled = minidynamo.optimize("eager")(fn)
+        x = torch.ones(3)
+        for call in range(1, 4):
+            assert torch.equal(compiled(x, path), _eager(fn, x, path))
+            OUT.flush()
+            with open(path) as f:
+                assert f.read() == "line\n" * (2 * call), "the compiled call and the eager one here write a line each"
+    finally:
+        OUT.close()
+    assert minidynamo.verify.counts["unverified"] >= 3
+    assert any("outside Python objects" in r.getMessage() for r in caplog.records)
+
+
+def _eager(fn, *args):
+    previous = minidynamo._C.set_eval_frame(None)
+    try:
+        return fn(*args)
+    finally:
+        minidynamo._C.set_eval_frame(previous)
+
+
+@pytest.mark.skipif(REFERENCE, reason="verify mode is minidynamo's")
+def test_verify_mode_still_verifies_a_call_that_only_reads_a_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(minidynamo.config, "verify", True)
+    path = str(tmp_path / "in.txt")
+    with open(path, "w") as f:
+        f.write("3")
+
+    def fn(x):
+        with open(path) as f:
+            return x * int(f.read())
+
+    before = minidynamo.verify.counts["verified"]
+    assert torch.equal(minidynamo.optimize("eager")(fn)(torch.ones(2)), torch.full((2,), 3.0))
+    assert minidynamo.verify.counts["verified"] == before + 1
+
+
+@pytest.mark.skipif(REFERENCE, reason="verify mode is minidynamo's")
+def test_verify_mode_changes_the_environment_once(monkeypatch):
+    monkeypatch.setattr(minidynamo.config, "verify", True)
+    monkeypatch.setenv("MINIDYNAMO_TAIL_RERUN_COUNT", "0")
+
+    def fn(x):
+        os.environ["MINIDYNAMO_TAIL_RERUN_COUNT"] = str(int(os.environ["MINIDYNAMO_TAIL_RERUN_COUNT"]) + 1)
+        return x + 1
+
+    compiled = minidynamo.optimize("eager")(fn)
+    for call in range(1, 3):
+        compiled(torch.ones(2))
+        assert os.environ["MINIDYNAMO_TAIL_RERUN_COUNT"] == str(call)
