@@ -69,7 +69,7 @@ def read_instructions(code: types.CodeType) -> Instructions:
 
 
 def _read(code: types.CodeType) -> Instructions:
-    abstract = Bytecode.from_code(code)
+    abstract = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)  # see assemble
     instrs: List[Instr] = []
     label_index: Dict[int, int] = {}
     pending: List[Label] = []
@@ -119,8 +119,11 @@ def assemble(
     flags: Optional[int] = None,
     freevars: Optional[Sequence[str]] = None,
     cellvars: Optional[Sequence[str]] = None,
+    keep_exception_depths: bool = False,
 ) -> types.CodeType:
-    """A new code object running `elements`, with the signature and names of `like` unless overridden."""
+    """A new code object running `elements`, with the signature and names of `like` unless overridden.
+    `keep_exception_depths`: the stack depths the `TryBegin`s of `elements` hold are right (they come
+    from code whose stack is the same at each instruction) and are kept instead of computed."""
     fields: Dict[str, Any] = dict(
         argcount=like.co_argcount if argcount is None else argcount,
         posonlyargcount=like.co_posonlyargcount if argcount is None else 0,
@@ -136,7 +139,9 @@ def assemble(
     out = Bytecode(list(elements))
     for field_name, value in {**fields, **names}.items():
         setattr(out, field_name, value)
-    return out.to_code()
+    # computing takes the depth where a try block is first reached: wrong for one entered by a jump
+    # into its middle (a resume function's entry), where the stack holds more than at its start
+    return out.to_code(compute_exception_stack_depths=not keep_exception_depths)
 
 
 def is_jump(instr: Instr) -> bool:

@@ -16,7 +16,7 @@ import torch
 
 from . import _C, config
 from .counters import counters
-from .exc import BackendCompilerFailed, Unsupported
+from .exc import REFUSALS, Unsupported
 from .frame_hook import GuardedCode
 from .global_state import GlobalState, resume_saved_tensors_hooks, suspend_saved_tensors_hooks
 from .guard_set import build_check_function, dropped_entries
@@ -178,7 +178,7 @@ class ConvertFrame:
             if self.nopython:
                 raise Unsupported(format_unsupported(e)) from None
             return None
-        except BackendCompilerFailed:
+        except REFUSALS:
             raise
         except Exception as e:
             if config.strict or self.nopython:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import ast
 import math
 import functools
+import sys
+import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
+import torch._dynamo
 import torch._guards
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic, RelaxedUnspecConstraint, ShapeEnv, StatelessSymbolicContext)
 
 from .source import ChainedSource, Source
 
@@ -39,6 +43,11 @@ def mark_dynamic(tensor: torch.Tensor, index: Union[int, Sequence[int]]) -> None
     """Compile `tensor`'s dim(s) `index` with a symbolic size from the first compile on."""
     marked = set(getattr(tensor, DYNAMIC_DIMS_ATTR, ())) | _dims_in_range(tensor, index, "mark_dynamic")
     setattr(tensor, DYNAMIC_DIMS_ATTR, marked)
+
+
+# Functions whose call in traced code is refused, as torch.compile refuses it (ids; a dim must be
+# marked dynamic before the compiled call starts)
+REFUSED_IN_TRACE = frozenset(map(id, (mark_dynamic, torch._dynamo.mark_dynamic, torch._dynamo.maybe_mark_dynamic)))
 
 
 def mark_static(tensor: torch.Tensor, index: Optional[Union[int, Sequence[int]]] = None) -> None:
@@ -106,9 +115,33 @@ def remember_sizes(frame_state: Dict[str, Any], sizes: Dict[str, Tuple[int, ...]
             history[name] = [b if b == n else None for b, n in zip(before, now)]
 
 
+class _TraceShapeEnv(ShapeEnv):
+    """A ShapeEnv that remembers the user's line where a symbolic size became one number: the
+    error about a dim marked dynamic names it (torch's records it from its own tracing context)."""
+
+    def _set_replacement(self, a, tgt, msg: str) -> None:
+        super()._set_replacement(a, tgt, msg)
+        sources = [s for s in self.var_to_sources.get(a, []) if s not in self.specialization_stacks]
+        if tgt.is_number and sources:
+            stack = _user_stack_of_trace()
+            for source in sources:
+                self.specialization_stacks[source] = stack
+
+
+def _user_stack_of_trace() -> traceback.StackSummary:
+    """The user's code the innermost running translator is at (empty outside a trace)."""
+    from .symbolic_convert import InstructionTranslatorBase
+
+    frame = sys._getframe(1)
+    while frame is not None and not isinstance(frame.f_locals.get("self"), InstructionTranslatorBase):
+        frame = frame.f_back
+    user_stack = frame.f_locals["self"].user_stack() if frame is not None else []
+    return traceback.StackSummary.from_list([(f.filename, f.lineno, f.name, f.line) for f in user_stack])
+
+
 def new_shape_env() -> ShapeEnv:
     # Data-dependent output shapes (nonzero) and .item() stay unsupported, as without a shape env.
-    return ShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    return _TraceShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
 
 
 def symbolic_context(value: torch.Tensor, dims: Tuple[int, ...]) -> StatelessSymbolicContext:
@@ -160,13 +193,26 @@ class SymbolicInput:
     dims: Tuple[int, ...]
 
 
+def _marked_dims_context(i: SymbolicInput) -> Optional[StatelessSymbolicContext]:
+    """What torch checks of `i`'s dims marked dynamic: that the trace did not make them one number."""
+    if not isinstance(i.value, torch.Tensor):
+        return None
+    marked = _marked(i.value, DYNAMIC_DIMS_ATTR)
+    return StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC if d in i.dims else DimDynamic.STATIC for d in range(i.value.dim())],
+        constraint_sizes=[RelaxedUnspecConstraint(warn_only=False) if d in marked and d in i.dims else None
+                          for d in range(i.value.dim())])
+
+
 def shape_guards(shape_env: ShapeEnv, inputs: List[SymbolicInput]) -> List[str]:
     """Python checks, over our sources, of what the traced code assumed about symbolic sizes:
     ranges and relations (`5 <= L['x'].size()[0]`), the strides and storage offsets of symbolic
-    tensors (which the tensor guard leaves unchecked), and specialisations to one value."""
+    tensors (which the tensor guard leaves unchecked), and specialisations to one value. A dim
+    marked dynamic that the trace made one number raises torch's ConstraintViolationError, naming
+    the line that did."""
     exprs = shape_env.produce_guards(
-        [i.fake for i in inputs], [ShapeEnvSource(i.source.name()) for i in inputs], ignore_static=False
-    )
+        [i.fake for i in inputs], [ShapeEnvSource(i.source.name()) for i in inputs], ignore_static=False,
+        input_contexts=[_marked_dims_context(i) for i in inputs])
     # static sizes of these tensors are checked by their tensor guards already
     checked = {f"{i.source.name()}.size()[{d}] == {i.value.size(d)}"
                for i in inputs if isinstance(i.value, torch.Tensor) for d in range(i.value.dim()) if d not in i.dims}

@@ -1,6 +1,8 @@
 """Errors raised while translating a frame."""
 from typing import List, NoReturn, Optional
 
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
 
 class Unsupported(Exception):
     """The translator met something it cannot put in a graph. `msg` is written for users."""
@@ -37,6 +39,19 @@ class BackendCompilerFailed(Exception):
         super().__init__(message or f"backend {backend_name!r} raised {type(inner).__name__}: {inner}")
         self.backend_name = backend_name
         self.inner = inner
+
+
+class ForbiddenCallable(AssertionError):
+    """Traced code called a function torch.compile refuses to trace (`mark_dynamic`): torch raises
+    an AssertionError saying so."""
+
+    def __init__(self, fn: object, user_stack: List[UserFrame]) -> None:
+        super().__init__(f"Attempt to trace forbidden callable {fn!r}\n\nfrom user code:\n"
+                         + "\n".join(map(str, user_stack)))
+
+
+# What stops a call, fullgraph or not, as torch.compile's refusals do (never a fallback to eager)
+REFUSALS = (BackendCompilerFailed, ForbiddenCallable, ConstraintViolationError)
 
 
 def unimplemented(msg: str) -> NoReturn:

@@ -46,13 +46,18 @@ from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, specialize
 from .variables.tensor import TensorVariable, may_write_in_place
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
-# Functions and methods that draw random numbers (in-place ones are found as mutations)
-_RANDOM_OPS = frozenset({
-    "rand", "rand_like", "randn", "randn_like", "randint", "randint_like", "randperm", "bernoulli",
-    "multinomial", "normal", "poisson", "binomial", "_standard_gamma", "_sample_dirichlet", "rrelu",
-    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-    "feature_dropout", "native_dropout", "gumbel_softmax", "fractional_max_pool2d", "fractional_max_pool3d",
-})
+
+
+class _TraceFakeMode(FakeTensorMode):
+    """The fake mode of a trace, noting whether an op run under it draws random numbers: any aten op
+    tagged `nondeterministic_seeded` (`rand`, `uniform_`, dropout's `bernoulli_`), however reached."""
+
+    drew_random = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            self.drew_random = True
+        return super().__torch_dispatch__(func, types, args, kwargs or {})
 
 
 @dataclass
@@ -91,7 +96,7 @@ class OutputGraph:
 
     def __post_init__(self) -> None:
         self.root = torch.nn.Module()
-        self._fake_mode: Optional[FakeTensorMode] = None  # made on first use, see fake_mode()
+        self._fake_mode: Optional[_TraceFakeMode] = None  # made on first use, see fake_mode()
         self._input_sizes: Dict[str, Tuple[int, ...]] = {}
         self._input_scalars: Dict[str, Union[int, float]] = {}
         self._symbolic_inputs: List[SymbolicInput] = []
@@ -132,14 +137,14 @@ class OutputGraph:
     def add_guard(self, guard: Guard) -> None:
         self.guards.setdefault(guard.dedupe_key, guard)
 
-    def fake_mode(self, tx, symbolic: bool = False) -> FakeTensorMode:
+    def fake_mode(self, tx, symbolic: bool = False) -> _TraceFakeMode:
         """The fake mode of this trace, made on first use: with a shape env when some input may get
         symbolic sizes (`symbolic`: the input at hand wants some), else without one (static shapes,
         the fast path of first compiles)."""
         if self._fake_mode is None:
             dynamic_possible = self.dynamic is True or (self.dynamic is None and (
                 symbolic or has_compiled(self.frame_state) or any(map(is_marked, _frame_values(tx)))))
-            self._fake_mode = FakeTensorMode(shape_env=new_shape_env() if dynamic_possible else None)
+            self._fake_mode = _TraceFakeMode(shape_env=new_shape_env() if dynamic_possible else None)
         return self._fake_mode
 
     def to_fake(self, tx, tensor: torch.Tensor) -> torch.Tensor:
@@ -312,15 +317,17 @@ class OutputGraph:
         _check_representable((node_args, node_kwargs))
         fake_args, fake_kwargs = _as_example(tuple(args)), _as_example(kwargs)
         name = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        fake_mode = self.fake_mode(tx)
+        fake_mode.drew_random = False
         try:
-            with self.fake_mode(tx):
+            with fake_mode:
                 if op == "call_method":
                     example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:
                     example = (fake_target or target)(*fake_args, **fake_kwargs)
         except Exception as e:  # what eager would raise is raised again when the frame runs eagerly
             unimplemented(f"{name}() cannot be traced: {type(e).__name__}: {e}")
-        self.draws_random |= name in _RANDOM_OPS
+        self.draws_random |= fake_mode.drew_random
         example = specialized_value(example)
         if is_constant_value(example) and example is not None:
             return ConstantVariable(example)
@@ -412,13 +419,16 @@ class OutputGraph:
 
     def _rerunnable(self, compiled: Callable) -> Callable:
         """What generated code calls to run the graph. The graph runs first in the generated code: if
-        it raises having changed nothing (no tensor in place; random draws are undone), its frame
-        re-runs eagerly instead, doing what eager does before the error (side effects, except clauses)."""
-        changed = [home for fake, version, home in self._tensor_homes if fake._version != version]
-        if not self.draws_random and not changed:
+        it raises, its frame re-runs eagerly instead, doing what eager does before the error (side
+        effects, except clauses), once what the graph changed is put back: random draws, and the
+        tensors it reads that it writes in place (copied before each call: a kernel that raises may
+        have written part of its output, `index_add_` with one bad index, and not said so in the
+        tensor's version)."""
+        written = [home for fake, version, home in self._tensor_homes if fake._version != version]
+        if not self.draws_random and not written:
             return _C.CallbackWrapper(compiled, None, rerun=True)
         if self.side_effects or self.code.co_exceptiontable:  # only then is re-running worth its cost
-            compiled = _rerun_if_unchanged(compiled, changed, self.draws_random)
+            compiled = _rerun_after_undoing(compiled, written, self.draws_random)
         return _C.CallbackWrapper(compiled, None)
 
     def guard_mutated_containers_distinct(self) -> None:
@@ -462,25 +472,41 @@ class OutputGraph:
         return self._rerunnable(compiled)
 
 
-def _rerun_if_unchanged(compiled: Callable, homes: List[Union[int, torch.Tensor]], draws_random: bool) -> Callable:
-    """`compiled`, asking for its frame to be re-run eagerly when it raises before changing any of
-    the tensors it changes in place (arguments by index, module tensors themselves), with the random
-    generators put back as they were before it ran."""
+# Tensors written in place are copied before each call up to this many bytes in all (measured: the
+# copy's cost is lost in the call's up to 32 KiB; beyond 64 KiB each copy faults in fresh pages);
+# a frame writing more is not re-run, its graph's error is raised as it is
+_MAX_SNAPSHOT_BYTES = 1 << 15
+
+
+def _rerun_after_undoing(compiled: Callable, homes: List[Union[int, torch.Tensor]], draws_random: bool) -> Callable:
+    """`compiled`, asking for its frame to be re-run eagerly when it raises, after putting back the
+    tensors it writes in place (arguments by index, module tensors themselves: data and version)
+    and the random generators as they were before it ran."""
 
     def call(*args: Any) -> Any:
-        watched = [args[home] if isinstance(home, int) else home for home in homes]
-        versions = [t._version for t in watched]
+        written = [args[home] if isinstance(home, int) else home for home in homes]
+        if sum(t.nbytes for t in written) > _MAX_SNAPSHOT_BYTES:
+            return compiled(*args)
+        saved = [(t.detach().clone(), t._version) for t in written]
         rng = _rng_states() if draws_random else None
         try:
             return compiled(*args)
         except Exception as error:
-            if all(t._version == v for t, v in zip(watched, versions)):
-                if rng is not None:
-                    _set_rng_states(rng)
-                raise _C.RerunFrame(error) from None
-            raise
+            _restore_tensors(written, saved)
+            if rng is not None:
+                _set_rng_states(rng)
+            raise _C.RerunFrame(error) from None
 
     return call
+
+
+def _restore_tensors(tensors: List[torch.Tensor], saved: List[Tuple[torch.Tensor, int]]) -> None:
+    with torch.inference_mode(any(t.is_inference() for t in tensors)):  # where inference tensors are writable
+        for tensor, (copy, version) in zip(tensors, saved):
+            tensor.detach().copy_(copy)
+    normal = [(t, version) for t, (_, version) in zip(tensors, saved) if not t.is_inference()]
+    if normal:  # the write eager does again is then the only one its version counter sees
+        torch._C._autograd._unsafe_set_version_counter(*zip(*normal))
 
 
 def _rng_states() -> Tuple[torch.Tensor, Optional[List[torch.Tensor]]]:

@@ -89,7 +89,8 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     # in eager); reports tell resume functions apart by their qualified name
     qualname = f"__resume_at_{instructions.offsets[spec.target]}_in_{code.co_name}"
     return assemble(entry + body, like=code, name=code.co_name, qualname=qualname, argnames=argnames,
-                    argcount=len(argnames), kwonlyargcount=0, flags=flags, freevars=freevars, cellvars=())
+                    argcount=len(argnames), kwonlyargcount=0, flags=flags, freevars=freevars, cellvars=(),
+                    keep_exception_depths=True)
 
 
 def is_resume_function(code: types.CodeType) -> bool:

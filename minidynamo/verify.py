@@ -11,8 +11,10 @@ import functools
 import io
 import logging
 import math
+import os
 import re
 import random
+import socket
 import sys
 import threading
 import types
@@ -576,6 +578,66 @@ def describe_entries(ran: Dict[int, types.CodeType]) -> str:
     return "\n".join(["converted frames that ran during the compiled call:", *lines])
 
 
+# ---- state outside Python objects ----
+
+# Audit events (see sys.addaudithook) that change state outside Python objects; `open` counts when
+# it opens for writing
+_OUTSIDE_EVENTS = frozenset({
+    "os.putenv", "os.unsetenv", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.truncate", "os.chmod",
+    "os.chown", "os.link", "os.symlink", "os.utime", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+    "os.fork", "os.kill", "os.killpg", "subprocess.Popen", "socket.connect", "socket.bind", "socket.sendto",
+    "socket.sendmsg", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.copytree", "shutil.move",
+    "shutil.rmtree", "shutil.chown", "shutil.make_archive", "shutil.unpack_archive",
+})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_HANDLE_KINDS = (io.IOBase, socket.socket)  # objects whose methods write outside Python objects
+_warned_outside: "weakref.WeakSet[types.CodeType]" = weakref.WeakSet()
+
+
+class _OutsideEffect(BaseException):
+    """Raised in the eager reference run where it would change state outside Python objects (a
+    file, the environment, a socket, a process): copies cannot isolate that state, so it must
+    happen once, in the compiled run. A BaseException: the user's `except Exception` lets it by."""
+
+
+def _changes_outside(event: str, args: tuple) -> bool:
+    if event == "open":
+        path, mode, flags = args
+        writes = any(c in mode for c in "wax+") if isinstance(mode, str) else bool(flags & _WRITE_FLAGS)
+        return writes and not str(path).endswith(".pyc")  # an import's byte-code cache
+    return event in _OUTSIDE_EVENTS
+
+
+def _refuse_outside_effects(event: str, args: tuple) -> None:
+    """The audit hook: aborts an effect outside Python objects in an eager reference run."""
+    if getattr(_thread, "eager", False) and _changes_outside(event, args):
+        raise _OutsideEffect(f"{event}{args!r}")
+
+
+def _outside_handle(copies: List[Any], slots: List[_Slot]) -> Optional[str]:
+    """A file or socket the code reaches by name that both runs would share (it cannot be copied)."""
+    for slot, copied in zip(slots, copies):
+        value = slot.get()
+        if copied is value:
+            handle = next((v for v in _walk(value, set()) if isinstance(v, _HANDLE_KINDS)), None)
+            if handle is not None:
+                return f"{slot.label} is {describe(handle)}"
+    return None
+
+
+def _run_unverified(fn: Callable, args: tuple, kwargs: dict, callback: Any, effect: str) -> Any:
+    """The call run once, compiled: it changes state outside Python objects (`effect`), which the
+    eager reference run would change a second time."""
+    counts["unverified"] += 1
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None or code not in _warned_outside:
+        if code is not None:
+            _warned_outside.add(code)
+        log.warning("verify: %s changes state outside Python objects (%s), which cannot be copied: its "
+                    "calls run once, compiled, unverified", _where_called(fn), effect)
+    return run_with_callback(fn, args, kwargs, callback)
+
+
 # ---- the two runs ----
 
 
@@ -766,7 +828,10 @@ def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) 
     other backends compare with `config.verify_rtol` / `config.verify_atol` (torch.testing's defaults
     for the dtype when None), as numpy floats always do (compiled numpy code runs torch's kernels).
     State the copies cannot isolate (objects reached only through attributes
-    of modules or other libraries, files) is seen by both runs.
+    of modules or other libraries) is seen by both runs. State outside Python objects is never
+    changed twice: an eager run about to write a file, change the environment, use a socket or
+    start a process is aborted (an audit hook), as is a call reaching an open file or socket by
+    name, and the call runs once, compiled, unverified (`_run_unverified`).
     """
     fn = verified.fn
     slots = reachable_slots(fn, args, kwargs)
@@ -778,12 +843,20 @@ def verify_call(verified: "Verified", args: tuple, kwargs: dict, callback: Any) 
         counts["unverified"] += 1
         return run_with_callback(fn, args, kwargs, callback)
     copies = [_copy_slot(slot.get(), memo) for slot in slots]
+    handle = _outside_handle(copies, slots)
+    if handle is not None:
+        return _run_unverified(fn, args, kwargs, callback, handle)
     lost = attributes_lost_in_copying(memo)
     state, rng = GlobalState.capture(), rng_state()
-    eager = run_eager(*call_copy, slots, copies)
-    eager.rng = rng_state()
-    state.restore()
-    set_rng_state(rng)
+    try:
+        eager = run_eager(*call_copy, slots, copies)
+    except _OutsideEffect as effect:
+        return _run_unverified(fn, args, kwargs, callback, str(effect))
+    finally:
+        eager_rng = rng_state()
+        state.restore()
+        set_rng_state(rng)
+    eager.rng = eager_rng
     ran: Dict[int, types.CodeType] = {}
     compiled = run_compiled(fn, args, kwargs, callback, ran)
     compiled.rng, compiled.slots = rng_state(), [slot.get() for slot in slots]
@@ -818,12 +891,19 @@ def _runs_torch_kernels(callback: Any) -> bool:
     return compiler_fn is lookup_backend("eager") or isinstance(compiler_fn, CompileCounter)
 
 
+@functools.lru_cache(maxsize=None)
+def _install_audit_hook() -> None:
+    """Once per process (audit hooks cannot be removed): it acts only inside eager reference runs."""
+    sys.addaudithook(_refuse_outside_effects)
+
+
 class Verified:
     """What a compiling wrapper calls in verify mode: `fn`, checked against eager on every call."""
 
     def __init__(self, fn: Callable, callback: Any) -> None:
         from .convert_frame import compile_listeners
 
+        _install_audit_hook()
         self.fn = fn
         self.exact = _runs_torch_kernels(callback)
         self.names = positional_names(fn)

@@ -12,6 +12,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from ..dynamic_shapes import REFUSED_IN_TRACE
 from ..exc import unimplemented, unimplemented_frame
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
@@ -25,8 +26,9 @@ from .dicts import ConstDictVariable
 from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
 from .higher_order import CheckpointVariable, FunctionalCallVariable, FunctionTransformVariable, is_function_transform
 from .lists import ListVariable, SetVariable, TupleVariable
-from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, PythonModuleVariable, RestoreGradMode,
-                   WeakRefVariable, WithExitVariable, is_torch_object, real_cell_variable)
+from .misc import (BoundMethodCall, DisabledFunctionVariable, ForbiddenCallableVariable, GradModeVariable,
+                   PythonModuleVariable, RestoreGradMode, WeakRefVariable, WithExitVariable, is_torch_object,
+                   real_cell_variable)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable
@@ -171,6 +173,9 @@ class VariableBuilder:
         if isinstance(value, types.ModuleType):
             self.guard(GuardKind.ID_MATCH, value)
             return PythonModuleVariable(value, source)
+        if id(value) in REFUSED_IN_TRACE:
+            self.guard(GuardKind.ID_MATCH, value)
+            return ForbiddenCallableVariable(value, source)
         if value is torch.func.functional_call:
             self.guard(GuardKind.ID_MATCH, value)
             return FunctionalCallVariable()  # no source: a fallback calls its unconverted wrapper

@@ -11,7 +11,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from ..exc import unimplemented
+from ..exc import ForbiddenCallable, unimplemented
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, CallSource, CellContentsSource, GetItemSource, ModuleGlobalsSource
 from .base import BoundMethodCall, VariableTracker  # noqa: F401 - BoundMethodCall: still importable from here
@@ -336,6 +336,21 @@ class DisabledFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
         unimplemented(f"a call to {self.describe()}")
+
+
+class ForbiddenCallableVariable(VariableTracker):
+    """A function torch.compile refuses to trace (see dynamic_shapes.REFUSED_IN_TRACE): calling it
+    stops the call with torch's error."""
+
+    def __init__(self, fn: Any, source=None) -> None:
+        super().__init__(source)
+        self.fn = fn
+
+    def real_object(self) -> Any:
+        return self.fn
+
+    def call_function(self, tx, args, kwargs) -> VariableTracker:
+        raise ForbiddenCallable(self.fn, tx.user_stack())
 
 
 class WeakRefVariable(VariableTracker):
