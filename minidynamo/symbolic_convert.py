@@ -46,6 +46,7 @@ from .variables import (
     wrap_constant_result,
 )
 from .variables.constant import is_none
+from .variables.functions import UserFunctionVariable, UserMethodVariable
 from .variables.lists import GeneratorVariable, iterate
 from .variables.sym import make_slice
 
@@ -627,6 +628,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         return True
 
     def end(self, ending: FrameEnding) -> None:
+        if any(generator.closes_observably() for generator in self.output.generators):
+            unimplemented_frame("a generator left suspended in a try or with block (closing it runs code)")
         self.ending = ending
         self.output.finish(ending.live_values())
 
@@ -754,7 +757,10 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         )
         if code.co_flags & inspect.CO_GENERATOR:
             tracer.is_generator = True
-            return GeneratorVariable(tracer, fn, args, kwargs)
+            maker = UserFunctionVariable(fn.fn) if isinstance(fn, UserMethodVariable) else fn  # args hold self
+            generator = GeneratorVariable(tracer, maker, args, kwargs)
+            parent.output.generators.append(generator)
+            return generator
         tracer.run()
         if tracer.return_value is None:
             unimplemented(f"{code.co_name} did not return")

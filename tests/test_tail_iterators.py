@@ -137,6 +137,123 @@ def dict_update_over_itself(x, lst):
     return x * len(d), d
 
 
+# --------------------------------------------------------------- generators run as they are consumed
+@CASES.case(*lists([1, 2, 3], [4]), graphs=1)
+def generator_never_consumed_runs_nothing(x, lst):
+    g = (print("made", v) for v in lst)
+    h = (lst.append(v) for v in lst)
+    return x + len(lst)
+
+
+@CASES.case(*lists([1, 2, 3], [5, 6]), graphs=1)
+def generator_writes_what_the_consumer_reads(x, lst):
+    log = []
+
+    def gen():
+        for v in lst:
+            log.append(("gen", v, len(log)))
+            yield v
+
+    for v in gen():
+        log.append(("use", v, len(log)))
+    return x + len(log), log
+
+
+@CASES.case(*lists([1, 2, 3], [5]), graphs=1)
+def generator_reads_a_local_rebound_later(x, lst):
+    n = 1
+    g = (v * n for v in lst)
+    n = 10
+    return x * n, list(g)
+
+
+@CASES.case(*lists([1, 2, 3], [5, 6, 7, 8]), graphs=1)
+def generator_pulled_by_zip_twice(x, lst):
+    g = (v for v in lst)
+    return x + 1, list(zip(g, g))
+
+
+@CASES.case(*lists([1, 2, 3], [2]), graphs=1)
+def generators_nested_read_the_growing_list(x, lst):
+    inner = (v + 1 for v in lst)
+    outer = (w * len(lst) for w in inner)
+    res = []
+    for w in outer:
+        res.append(w)
+        if len(lst) < 6:
+            lst.append(w)
+    return x + 1, res, lst
+
+
+@CASES.case(*lists([1, 2, 3], [4]), graphs=1)
+def yield_from_passes_the_return_value(x, lst):
+    def inner():
+        for v in lst:
+            yield v
+        return len(lst)
+
+    def outer():
+        n = yield from inner()
+        lst.append(n)
+        yield n
+
+    return x + 1, list(outer()), lst
+
+
+@CASES.case(*lists([1, 2, 3], [4]))
+def generator_across_a_graph_break(x, lst):
+    g = (v * 2 for v in lst)
+    a = next(g)
+    print("break")
+    lst.append(7)
+    return x * a, list(g)
+
+
+@CASES.case(*lists([1, 2, 3], [4]))
+def generator_left_in_a_try_block(x, lst):
+    def gen():
+        try:
+            for v in lst:
+                yield v
+        finally:
+            print("closed")
+
+    it = gen()
+    return x * next(it)
+
+
+class _Bag:
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        for v in self.items:
+            yield v
+
+
+class _Box:
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+@CASES.case(*lists([1, 2, 3], [4]), graphs=1)
+def user_object_iterators_read_as_advanced(x, lst):
+    it = iter(_Bag(lst))
+    first = next(it)
+    lst.append(10)
+    box = iter(_Box(lst))
+    lst.append(11)
+    return x * first, list(it), list(box)
+
+
+@CASES.case(*lists([1, 2, 3]))
+def len_of_an_iterator_raises(x, lst):
+    return x + len(iter(lst))
+
+
 # --------------------------------------------------------------- builtin iterators escaping
 def _described(value):
     """What eager code after the call sees of a returned iterator: its type, then its items."""
@@ -216,6 +333,18 @@ def escape_generators(x):
         yield from range(n)
 
     return x + 1, gen(2), (v * 2 for v in [1, 2])
+
+
+@escaping(*lists([1, 2, 3], [4]))
+def escape_user_object_iterators(x, lst):
+    return x + 1, iter(_Bag(lst)), iter(_Box(lst))
+
+
+@escaping(*lists([1, 2, 3], [4]), graphs=None)
+def escape_started_generator(x, lst):
+    g = (v * 2 for v in lst)
+    next(g)
+    return x + 1, g
 
 
 @escaping(*lists([1, 2, 3], [4, 5, 6, 7]))

@@ -306,7 +306,9 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(len(obj.example))
         if isinstance(obj, (BaseListVariable, ConstDictVariable)):
             return ConstantVariable(len(obj.items))
-        if obj.is_python_constant() or isinstance(obj, ListIteratorVariable):
+        if isinstance(obj, IteratorVariable):
+            unimplemented(f"len() of a {obj.describe()} (Python raises)")
+        if obj.is_python_constant():
             return ConstantVariable(len(obj.unpack_var_sequence(tx)))
         return obj.call_method(tx, "__len__", [], {})
 

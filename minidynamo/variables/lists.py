@@ -456,6 +456,12 @@ class GeneratorVariable(IteratorVariable):
             self.returned = self.tracer.return_value
         return item
 
+    def closes_observably(self) -> bool:
+        """Whether closing it, as Python does when it is dropped, would run code of its frame: it
+        stopped at a yield inside a try or with block."""
+        tracer = self.tracer
+        return self.state == "suspended" and tracer.instructions.handlers[tracer.current_index] is not None
+
     def reconstruct(self, codegen) -> None:
         if self.state != "created":
             unimplemented("rebuilding a generator the traced code has started")
@@ -541,6 +547,10 @@ def iterate(tx, obj: VariableTracker) -> IteratorVariable:
         return obj
     if isinstance(obj, ListVariable):
         return ListIteratorVariable(obj.items, over=obj)
+    own = getattr(obj, "python_iterator", None)  # a user object's __iter__
+    iterator = own(tx) if own is not None else None
+    if iterator is not None:
+        return iterator
     return snapshot_iterator(tx, obj, obj.unpack_var_sequence(tx), iter)
 
 
