@@ -13,6 +13,8 @@ from translator_harness import REFERENCE, optimize, fresh_dynamo  # noqa: F401
 
 CASES = Cases()
 x2 = lambda: (rand(2),)  # noqa: E731
+TORCH_TUPLE_ITER = "torch._dynamo rebuilds a list iterator (or list_reverseiterator) as a tuple_iterator"
+TORCH_NO_RAISE = "torch._dynamo does not raise 'mutated during iteration' here"
 
 
 def lists(*shapes):
@@ -101,7 +103,7 @@ def generator_prints_between_consumer_prints(x, lst):
     return x + len(lst)
 
 
-@CASES.case(*lists([1, 2, 3], [4]))
+@CASES.case(*lists([1, 2, 3], [4]), reference_skip=TORCH_NO_RAISE)
 def deque_extendleft_over_itself(x, lst):
     d = collections.deque(lst)
     d.extendleft(v * 2 for v in d if len(d) < 8)
@@ -130,7 +132,7 @@ def set_update_over_itself(x, lst):
     return x * len(s), sorted(s)
 
 
-@CASES.case(*lists([1, 2, 3], [4]))
+@CASES.case(*lists([1, 2, 3], [4]), reference_skip=TORCH_NO_RAISE)
 def dict_update_over_itself(x, lst):
     d = dict.fromkeys(lst, 0)
     d.update((k * 10, v) for k, v in d.items())
@@ -185,7 +187,7 @@ def generators_nested_read_the_growing_list(x, lst):
     return x + 1, res, lst
 
 
-@CASES.case(*lists([1, 2, 3], [4]), graphs=1)
+@CASES.case(*lists([1, 2, 3], [4]), graphs=1, reference_skip="torch._dynamo loses the value of `yield from`")
 def yield_from_passes_the_return_value(x, lst):
     def inner():
         for v in lst:
@@ -209,7 +211,7 @@ def generator_across_a_graph_break(x, lst):
     return x * a, list(g)
 
 
-@CASES.case(*lists([1, 2, 3], [4]))
+@CASES.case(*lists([1, 2, 3], [4]), reference_skip="torch._dynamo does not run a dropped generator's finally")
 def generator_left_in_a_try_block(x, lst):
     def gen():
         try:
@@ -294,15 +296,15 @@ def escape_zip_and_enumerate(x):
     return x + 1, zip([1, 2], "ab"), zip([1], [2], strict=True), enumerate([5, 6], 3)
 
 
-@escaping()
+@escaping(reference_skip=TORCH_TUPLE_ITER)
 def escape_reversed(x):
     return x + 1, reversed([1, 2]), reversed((3, 4)), reversed(range(3)), reversed({1: 2, 3: 4}), reversed("ab")
 
 
-@escaping()
+@escaping(reference_skip=TORCH_TUPLE_ITER)
 def escape_iter_of_builtins(x):
-    return (x + 1, iter([1, 2]), iter((1, 2)), iter("ab"), iter("é"), iter(range(3)), iter(range(2 ** 70, 2 ** 70 + 2)),
-            iter(b"ab"))
+    return (x + 1, iter([1, 2]), iter((1, 2)), iter("ab"), iter("é"), iter(range(3)),
+            iter(range(2 ** 70, 2 ** 70 + 2)), iter(b"ab"), iter(frozenset({1})))
 
 
 @escaping()
@@ -357,7 +359,7 @@ def escape_partly_consumed(x, lst):
     return (x * total, *its)
 
 
-@escaping(*lists([1, 2, 3], [4]))
+@escaping(*lists([1, 2, 3], [4]), reference_skip=TORCH_TUPLE_ITER)
 def escape_exhausted_list_iterator_stays_exhausted(x, lst):
     it = iter(lst)
     for _ in it:
@@ -366,7 +368,7 @@ def escape_exhausted_list_iterator_stays_exhausted(x, lst):
     return x + 1, it, lst
 
 
-@escaping(*lists([1, 2, 3], [4]))
+@escaping(*lists([1, 2, 3], [4]), reference_skip=TORCH_TUPLE_ITER)
 def escape_iterator_over_list_changed_after(x, lst):
     it = iter(lst)
     next(it)
@@ -384,7 +386,7 @@ def escape_dict_iterator_after_the_dict_grew(x, lst):
     return x + 1, it
 
 
-@escaping(graphs=None)
+@escaping(graphs=None, reference_skip=TORCH_TUPLE_ITER)
 def escape_same_iterator_twice(x):
     it = iter([1, 2, 3])
     return x + 1, it, it
