@@ -320,6 +320,21 @@ def escape_itertools(x):
             itertools.zip_longest([1], [2, 3]))
 
 
+@escaping(*lists([1, 2, 3], [4]))
+def escape_more_itertools(x, lst):
+    return (x + 1, itertools.combinations(lst, 2), itertools.permutations(lst, 2), itertools.pairwise(lst),
+            itertools.starmap(pow, [(2, 3)]), itertools.cycle(lst), itertools.takewhile(bool, lst),
+            itertools.compress(lst, [1, 0, 1]), itertools.product(lst, repeat=2))
+
+
+@escaping(*lists([1, 2, 3], [4]), graphs=None)
+def escape_itertools_over_a_dict_changed_after(x, lst):
+    d = dict.fromkeys(lst)
+    c = itertools.islice(d, 2)
+    d["new"] = 0
+    return x + 1, c
+
+
 @escaping()
 def escape_itertools_count_advanced(x):
     c = itertools.count(3)

@@ -264,18 +264,20 @@ def iterator_at(iterator: Any, position: int) -> Any:
 
 
 class Rebuild:
-    """How generated code makes an iterator afresh: `fn(*args)`, then moved on with iterator_at."""
+    """How generated code makes an iterator afresh: `fn(*args, **kwargs)`, then moved on with
+    iterator_at."""
 
-    def __init__(self, fn: Any, args: List[VariableTracker]) -> None:
+    def __init__(self, fn: Any, args: List[VariableTracker], kwargs: Optional[Dict[str, VariableTracker]] = None) -> None:
         self.fn = fn
         self.args = args
+        self.kwargs = kwargs or {}
 
     def emit(self, codegen, position: int) -> None:
         codegen.load_function(iterator_at)
         codegen.load_function(self.fn)
-        for arg in self.args:
+        for arg in [*self.args, *self.kwargs.values()]:
             codegen.reconstruct(arg)
-        codegen.call(len(self.args))
+        codegen.call(len(self.args) + len(self.kwargs), kw_names=tuple(self.kwargs))
         codegen.load_const(position)
         codegen.call(2)
 
