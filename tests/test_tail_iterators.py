@@ -364,6 +364,16 @@ def escape_started_generator(x, lst):
     return x + 1, g
 
 
+_MODEL = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU(), torch.nn.Linear(2, 1))
+
+
+@escaping()
+def escape_module_tree_generators(x):
+    params = _MODEL.parameters()
+    next(params)
+    return x + 1, params, _MODEL.named_modules(), _MODEL.buffers()
+
+
 @escaping(*lists([1, 2, 3], [4, 5, 6, 7]))
 def escape_partly_consumed(x, lst):
     its = [iter(lst), iter(tuple(lst)), reversed(lst), iter(range(len(lst))), map(abs, lst), filter(None, lst),
