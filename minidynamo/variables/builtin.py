@@ -22,9 +22,9 @@ from .base import VariableTracker
 from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
-from .lists import (BaseListVariable, EnumerateVariable, FilterVariable, IteratorVariable, ListIteratorVariable,
-                    ListVariable, MapVariable, ReversedListIterator, SetVariable, TupleVariable, ZipVariable, iterate,
-                    snapshot_iterator, sort_items)
+from .lists import (BaseListVariable, EnumerateVariable, FilterVariable, IteratorVariable, ListVariable, MapVariable,
+                    ReversedListIterator, SetVariable, TupleVariable, ZipVariable, iterate, snapshot_iterator,
+                    sort_items)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyNdarrayVariable, numpy_call

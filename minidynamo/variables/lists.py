@@ -267,7 +267,8 @@ class Rebuild:
     """How generated code makes an iterator afresh: `fn(*args, **kwargs)`, then moved on with
     iterator_at."""
 
-    def __init__(self, fn: Any, args: List[VariableTracker], kwargs: Optional[Dict[str, VariableTracker]] = None) -> None:
+    def __init__(self, fn: Any, args: List[VariableTracker],
+                 kwargs: Optional[Dict[str, VariableTracker]] = None) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs or {}
