@@ -123,6 +123,7 @@ class OutputGraph:
         self.fake_ids: Dict[int, Tuple[VariableTracker, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
         self.translators = 0  # translators started on this graph (the frame's and each inlined call's)
+        self.generators: List[Any] = []  # generator objects made while tracing (GeneratorVariable)
         self.outputs: List[Union[TensorVariable, SymNodeVariable]] = []  # set by finish()
         self.graph_module: Optional[torch.fx.GraphModule] = None  # the finished graph, if the frame has one
         self.draws_random = False  # whether the graph has an op drawing random numbers

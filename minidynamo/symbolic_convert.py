@@ -33,7 +33,6 @@ from .variables import (
     ConstantVariable,
     ConstDictVariable,
     IteratorVariable,
-    ListIteratorVariable,
     ListVariable,
     NestedUserFunctionVariable,
     NullVariable,
@@ -47,7 +46,8 @@ from .variables import (
     wrap_constant_result,
 )
 from .variables.constant import is_none
-from .variables.lists import iterate
+from .variables.functions import UserFunctionVariable, UserMethodVariable
+from .variables.lists import GeneratorVariable, iterate
 from .variables.sym import make_slice
 
 _TRACING_NOTE = "while minidynamo traced:"
@@ -90,8 +90,8 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         self.current_instruction: Optional[Instr] = None
         self.kw_names: Optional[tuple] = None
         self.steps = 0
-        # Values yielded so far when this runs a generator function (run to completion eagerly).
-        self.generated: Optional[List[VariableTracker]] = None
+        # Whether this runs a generator function's frame, one yield at a time (see GeneratorVariable).
+        self.is_generator = False
 
     # ---- the interpreter loop ----
 
@@ -494,26 +494,29 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         unimplemented("raising an exception")
 
     def start_generator(self) -> None:
-        if self.generated is None:
+        if not self.is_generator:
             unimplemented("a generator frame")
 
     def GET_YIELD_FROM_ITER(self, inst: Instr) -> None:
         self.push(iterate(self, self.pop()))
 
-    def yield_from(self, iterator: VariableTracker) -> VariableTracker:
-        """`yield from iterator` in a generator run to completion: all its items are yielded here;
-        the value of the expression is what a generator it stands for returned."""
-        if self.generated is None:
+    def yield_from_next(self, iterator: VariableTracker) -> Optional[VariableTracker]:
+        """The next item `yield from iterator` passes on, None when `iterator` is exhausted."""
+        if not self.is_generator:
             unimplemented("yield from outside an inlined generator")
-        self.generated.extend(iterator.unpack_var_sequence(self))
+        return self.next_item(iterator)
+
+    @staticmethod
+    def yield_from_value(iterator: VariableTracker) -> VariableTracker:
+        """The value of `yield from iterator` once exhausted: what a generator it stands for returned."""
         returned = getattr(iterator, "returned", None)
         return returned if returned is not None else ConstantVariable(None)
 
-    def YIELD_VALUE(self, inst: Instr) -> None:
-        if self.generated is None:
+    def YIELD_VALUE(self, inst: Instr) -> bool:
+        if not self.is_generator:
             unimplemented("yield outside an inlined generator")
-        self.generated.append(self.pop())
-        self.push(ConstantVariable(None))
+        self.yielded = self.pop()
+        return True  # suspended here until the next item is asked for
 
     def LOAD_NAME(self, inst: Instr) -> None:
         unimplemented("module-level or class-body code")
@@ -576,6 +579,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             return False
         index, stack, kw_names, symbolic_locals, state, progress, guards = mark
         if (progress != self.output.progress() or state.differing(GlobalState.capture())
+                or _holds_state_made_here(stack)
                 or symbolic_locals.keys() != self.symbolic_locals.keys()
                 or any(v is not self.symbolic_locals[k] for k, v in symbolic_locals.items())):
             return False
@@ -607,6 +611,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         return True
 
     def end(self, ending: FrameEnding) -> None:
+        if any(generator.closes_observably() for generator in self.output.generators):
+            unimplemented_frame("a generator left suspended in a try or with block (closing it runs code)")
         self.ending = ending
         self.output.finish(ending.live_values())
 
@@ -691,6 +697,22 @@ class InstructionTranslator(InstructionTranslatorBase):
         return passed
 
 
+def _holds_state_made_here(values: List[VariableTracker]) -> bool:
+    """Whether `values` reach an iterator, a list, a dict or an object made while tracing: a call
+    given them may have advanced or changed it part way, which no record of the trace shows."""
+    seen, todo = set(), list(values)
+    while todo:
+        value = todo.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, IteratorVariable) or value.has_identity and (
+                value.source is None or isinstance(value, (ListVariable, SetVariable, ConstDictVariable))):
+            return True
+        todo.extend(value.subvalues())
+    return False
+
+
 class InliningInstructionTranslator(InstructionTranslatorBase):
     """Runs a called user function inside the caller's graph and returns its symbolic result."""
 
@@ -702,6 +724,7 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         self._root_globals = parent.root_globals()
         self.depth = depth
         self.return_value: Optional[VariableTracker] = None
+        self.yielded: Optional[VariableTracker] = None  # what a generator's frame yielded where it stopped
 
     @staticmethod
     def inline(parent: InstructionTranslatorBase, fn: BaseUserFunctionVariable, args, kwargs) -> VariableTracker:
@@ -716,13 +739,23 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
             parent, code, f_globals, bound, cells, parent.output_globals_source(f_globals, fn), depth
         )
         if code.co_flags & inspect.CO_GENERATOR:
-            tracer.generated = []
-            tracer.run()
-            return ListIteratorVariable(tracer.generated, returned=tracer.return_value)
+            tracer.is_generator = True
+            maker = UserFunctionVariable(fn.fn) if isinstance(fn, UserMethodVariable) else fn  # args hold self
+            generator = GeneratorVariable(tracer, maker, args, kwargs)
+            parent.output.generators.append(generator)
+            return generator
         tracer.run()
         if tracer.return_value is None:
             unimplemented(f"{code.co_name} did not return")
         return tracer.return_value
+
+    def resume_generator(self) -> Optional[VariableTracker]:
+        """Run this generator's frame on to its next yield: what it yields, None once it returned."""
+        if self.yielded is not None:
+            self.push(ConstantVariable(None))  # what the `yield` it stopped at evaluates to
+        self.yielded = None
+        self.run()
+        return self.yielded
 
     def user_stack(self) -> List[UserFrame]:
         return [*self.parent.user_stack(), self.user_frame()]

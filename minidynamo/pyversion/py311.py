@@ -257,8 +257,8 @@ class VersionHandlers:
     """The translator's handlers of opcodes whose names or stack layouts are 3.11's (a base class of
     the translator). They only move values on the stack and call the translator's version-neutral
     steps: push_null, is_null, constant, build_tuple, call_operator, call_function, call_unpacked,
-    make_cell, load_global, load_method, enter_context, next_item, start_generator, yield_from, jump,
-    pop_jump_if, pop_jump_if_none, jump_if_or_pop."""
+    make_cell, load_global, load_method, enter_context, next_item, start_generator, yield_from_next,
+    yield_from_value, jump, pop_jump_if, pop_jump_if_none, jump_if_or_pop."""
 
     stack: List[Any]
     kw_names: Optional[tuple]
@@ -364,9 +364,13 @@ class VersionHandlers:
         self.push(entered)
 
     def SEND(self, inst: Instr) -> None:
-        self.pop()  # the value sent in: None, as a generator runs to completion while traced
-        self.push(self.yield_from(self.pop()))
-        self.jump(inst)
+        self.pop()  # the value sent in: None, as send() is not traced
+        item = self.yield_from_next(self.stack[-1])
+        if item is None:  # exhausted: the iterator is replaced by the value of `yield from`
+            self.push(self.yield_from_value(self.pop()))
+            self.jump(inst)
+        else:
+            self.push(item)  # for the YIELD_VALUE that follows
 
     def RETURN_GENERATOR(self, inst: Instr) -> None:
         self.start_generator()

@@ -22,8 +22,9 @@ from .base import VariableTracker
 from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
-from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListIteratorVariable, ListVariable,
-                    SetVariable, TupleVariable, ZipVariable, iterate, sort_items)
+from .lists import (BaseListVariable, EnumerateVariable, FilterVariable, IteratorVariable, ListVariable, MapVariable,
+                    ReversedListIterator, SetVariable, TupleVariable, ZipVariable, iterate, snapshot_iterator,
+                    sort_items)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyNdarrayVariable, numpy_call
@@ -305,7 +306,9 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(len(obj.example))
         if isinstance(obj, (BaseListVariable, ConstDictVariable)):
             return ConstantVariable(len(obj.items))
-        if obj.is_python_constant() or isinstance(obj, ListIteratorVariable):
+        if isinstance(obj, IteratorVariable):
+            unimplemented(f"len() of a {obj.describe()} (Python raises)")
+        if obj.is_python_constant():
             return ConstantVariable(len(obj.unpack_var_sequence(tx)))
         return obj.call_method(tx, "__len__", [], {})
 
@@ -348,7 +351,9 @@ class BuiltinVariable(VariableTracker):
         return EnumerateVariable(iterate(tx, iterable), start.as_python_constant())
 
     def _call_reversed(self, tx, seq: VariableTracker):
-        return ListIteratorVariable(list(reversed(seq.unpack_var_sequence(tx))))
+        if isinstance(seq, ListVariable):
+            return ReversedListIterator(seq)
+        return snapshot_iterator(tx, seq, list(reversed(seq.unpack_var_sequence(tx))), reversed)
 
     def _call_set(self, tx, *args: VariableTracker):
         return SetVariable(args[0].unpack_var_sequence(tx) if args else [])
@@ -371,16 +376,10 @@ class BuiltinVariable(VariableTracker):
         return make_slice(list(args))
 
     def _call_map(self, tx, fn: VariableTracker, *iterables: VariableTracker):
-        columns = [it.unpack_var_sequence(tx) for it in iterables]
-        return ListIteratorVariable([fn.call_function(tx, list(row), {}) for row in zip(*columns)], iter_type=map)
+        return MapVariable(fn, [iterate(tx, it) for it in iterables])
 
     def _call_filter(self, tx, fn: VariableTracker, iterable: VariableTracker):
-        keep = []
-        for item in iterable.unpack_var_sequence(tx):
-            test = item if is_none(fn) else fn.call_function(tx, [item], {})
-            if test.truthy(tx):
-                keep.append(item)
-        return ListIteratorVariable(keep, iter_type=filter)
+        return FilterVariable(fn, iterate(tx, iterable))
 
     def _call_sum(self, tx, seq: VariableTracker, start: VariableTracker = None):
         if seq.is_python_constant() and (start is None or start.is_python_constant()):

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 from ..exc import unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable, is_none
-from .lists import BaseListVariable
+from .lists import BaseListVariable, append_each, iterate
 
 
 class DequeVariable(BaseListVariable):
@@ -52,6 +52,14 @@ class DequeVariable(BaseListVariable):
             if self.maxlen is not None and len(self.items) > self.maxlen:
                 self.items.pop(-1 if left else 0)
 
+    def extend(self, tx, iterable: VariableTracker, left: bool) -> None:
+        """deque.extend / extendleft: the deque itself is copied first; any other iterable is added
+        item by item as it is pulled (an iterator over this deque then raises, as in Python)."""
+        if iterable is self:
+            self._add(list(self.items), left)
+            return
+        append_each(tx, iterate(tx, iterable), lambda item: self._add([item], left))
+
     def _pop(self, left: bool) -> VariableTracker:
         if not self.items:
             unimplemented("popping from an empty deque (Python raises)")
@@ -63,7 +71,7 @@ class DequeVariable(BaseListVariable):
         if name in ("append", "appendleft") and len(args) == 1:
             self._add(args, left=name == "appendleft")
         elif name in ("extend", "extendleft") and len(args) == 1:
-            self._add(args[0].unpack_var_sequence(tx), left=name == "extendleft")
+            self.extend(tx, args[0], left=name == "extendleft")
         elif name in ("pop", "popleft") and not args:
             return self._pop(left=name == "popleft")
         elif name == "rotate" and len(args) <= 1:

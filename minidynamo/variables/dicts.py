@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ..exc import Unsupported, unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable, is_none
-from .lists import ListIteratorVariable, TupleVariable, iterate
+from .lists import TupleVariable, iterate, snapshot_iterator
 
 
 class ConstDictVariable(VariableTracker):
@@ -92,17 +92,16 @@ class ConstDictVariable(VariableTracker):
         if storage is not None and cls.__iter__ is dict.__iter__:  # Python copies a dict's own items then
             self.items.update(storage.items)
             return
-        # read whole before the dict changes: a trace stopped midway leaves it as it was
-        # (InstructionTranslator.end_before_failed_call relies on that)
-        new: Dict[Any, VariableTracker] = {}
         if storage is not None or _has_keys_method(cls):  # a mapping: its keys() and __getitem__ decide
             for key in other.call_method(tx, "keys", [], {}).unpack_var_sequence(tx):
-                new[key.as_python_constant()] = other.call_method(tx, "__getitem__", [key], {})
-        else:
-            for pair in other.unpack_var_sequence(tx):
-                key, value = pair.unpack_var_sequence(tx)
-                new[key.as_python_constant()] = value
-        self.items.update(new)
+                self.items[key.as_python_constant()] = other.call_method(tx, "__getitem__", [key], {})
+            return
+        pairs = iterate(tx, other)  # each pair is stored before the next is pulled (PyDict_MergeFromSeq2)
+        pair = pairs.next_item(tx)
+        while pair is not None:
+            key, value = pair.unpack_var_sequence(tx)
+            self.items[key.as_python_constant()] = value
+            pair = pairs.next_item(tx)
 
     def reconstruct(self, codegen) -> None:
         if self.source is not None:  # the caller's own dict object
@@ -144,11 +143,11 @@ def _get(d: ConstDictVariable, tx, key: VariableTracker, default: Optional[Varia
 
 
 def _iter(d: ConstDictVariable, tx):
-    return ListIteratorVariable([ConstantVariable(k) for k in d.items], watched=d)
+    return snapshot_iterator(tx, d, [ConstantVariable(k) for k in d.items], iter)
 
 
 def _reversed(d: ConstDictVariable, tx):
-    return ListIteratorVariable([ConstantVariable(k) for k in reversed(d.items)])
+    return snapshot_iterator(tx, d, [ConstantVariable(k) for k in reversed(d.items)], reversed)
 
 
 def _setitem(d: ConstDictVariable, tx, key: VariableTracker, value: VariableTracker):

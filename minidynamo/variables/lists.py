@@ -1,10 +1,12 @@
 """Tuples, lists, named tuples and iterators over them."""
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import operator
-from typing import Any, Dict, List, Optional
+import types
+from typing import Any, Callable, Dict, List, Optional
 
 from ..exc import unimplemented, unimplemented_frame
 from .base import BoundMethodCall, VariableTracker
@@ -102,7 +104,7 @@ class ListVariable(BaseListVariable):
         if name == "append" and len(args) == 1:
             self.items.append(args[0])
         elif name == "extend" and len(args) == 1:
-            self.items.extend(args[0].unpack_var_sequence(tx))
+            self.extend(tx, args[0])
         elif name == "insert" and len(args) == 2:
             self.items.insert(args[0].as_python_constant(), args[1])
         elif name == "pop":
@@ -126,6 +128,27 @@ class ListVariable(BaseListVariable):
         else:
             return super().call_method(tx, name, args, kwargs)
         return ConstantVariable(None)
+
+
+    def extend(self, tx, iterable: VariableTracker) -> None:
+        """list.extend (listobject.c list_extend): a list, a tuple or this list itself is copied
+        first; any other iterable is appended to item by item as it is pulled, so what it reads of
+        this list has grown by the items before."""
+        if iterable is self or type(iterable) in (ListVariable, TupleVariable):
+            self.items.extend(iterable.unpack_var_sequence(tx))
+            return
+        append_each(tx, iterate(tx, iterable), self.items.append)
+
+
+def append_each(tx, iterator: "IteratorVariable", add: Callable[[VariableTracker], None]) -> None:
+    """`add(item)` for each item of `iterator`, each before the next is pulled."""
+    for count in itertools.count():
+        item = iterator.next_item(tx)
+        if item is None:
+            return
+        if count > MAX_ITEMS:
+            unimplemented(f"more than {MAX_ITEMS} items from {iterator.describe()} (an unbounded loop?)")
+        add(item)
 
 
 _SET_MUTATORS = ("add", "update", "discard", "remove", "clear", "pop", "intersection_update", "difference_update",
@@ -187,8 +210,17 @@ class SetVariable(BaseListVariable):
         codegen.append("BUILD_SET", len(self.items))
 
 
+_LIST_ITERATOR = type(iter([]))
+_LIST_REVERSE_ITERATOR = type(reversed([]))
+# iterators whose __setstate__ takes an index (see iterator_at)
+_INDEXED = {type(iter(v)) for v in ((), [], "", "\xe9", b"", bytearray(), range(0), range(2 ** 70))} | {
+    _LIST_REVERSE_ITERATOR}
+
+
 class IteratorVariable(VariableTracker):
     """An iterator advanced by FOR_ITER, next() and unpacking, one item at a time."""
+
+    has_identity = True  # `it` returned twice is one object
 
     def describe(self) -> str:
         return "iterator"
@@ -205,33 +237,78 @@ class IteratorVariable(VariableTracker):
         item = self.next_item(tx)
         while item is not None:
             rest.append(item)
+            if len(rest) > MAX_ITEMS:
+                unimplemented(f"more than {MAX_ITEMS} items from {self.describe()} (an unbounded loop?)")
             item = self.next_item(tx)
         return rest
 
 
-_LIST_ITERATOR = type(iter([]))
+# More items than this from one iterator: an unbounded loop (`list(count())`), not traced.
+MAX_ITEMS = 100_000
+
+
+def iterator_at(iterator: Any, position: int) -> Any:
+    """`iterator`, fresh from generated code, moved on to where the traced one stood. `position` is
+    its __setstate__ state for the builtin iterators that keep an index (over a list, tuple, str,
+    bytes or range: the items consumed; over a reversed list: the index of the next item), else the
+    number of items to consume; -1 leaves it exhausted."""
+    if position < 0:
+        for _ in iterator:
+            pass
+    elif type(iterator) in _INDEXED:
+        iterator.__setstate__(position)
+    else:
+        for _ in range(position):
+            next(iterator)
+    return iterator
+
+
+class Rebuild:
+    """How generated code makes an iterator afresh: `fn(*args, **kwargs)`, then moved on with
+    iterator_at."""
+
+    def __init__(self, fn: Any, args: List[VariableTracker],
+                 kwargs: Optional[Dict[str, VariableTracker]] = None) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs or {}
+
+    def emit(self, codegen, position: int) -> None:
+        codegen.load_function(iterator_at)
+        codegen.load_function(self.fn)
+        for arg in [*self.args, *self.kwargs.values()]:
+            codegen.reconstruct(arg)
+        codegen.call(len(self.args) + len(self.kwargs), kw_names=tuple(self.kwargs))
+        codegen.load_const(position)
+        codegen.call(2)
 
 
 class ListIteratorVariable(IteratorVariable):
-    """An iterator over a known sequence of values, or over a list's live items (`over`)."""
+    """An iterator over known items (a snapshot taken when made: a tuple, a constant, a dict's keys),
+    or over a list's live items (`over`). `rebuild` is how generated code makes the real one; without
+    it the iterator cannot leave the trace."""
 
     def __init__(self, items: List[VariableTracker], index: int = 0, over: Optional["ListVariable"] = None,
                  watched: Optional[VariableTracker] = None, iter_type: Optional[type] = None,
-                 returned: Optional[VariableTracker] = None) -> None:
+                 rebuild: Optional[Rebuild] = None) -> None:
         super().__init__()
         self.items = items
-        self.returned = returned  # what the generator these items came from returned
         self.index = index
         self.over = over  # the list whose live items these are
-        # a dict or set being iterated: Python raises if its keys change meanwhile
+        self.exhausted = False  # a list iterator that ran out stays so, though the list grows
+        # a dict, set or deque being iterated: Python raises if it changes meanwhile
         self.watched = watched
         self.watched_keys = _keys(watched) if watched is not None else None
         self.iter_type = iter_type if iter_type is not None else (_LIST_ITERATOR if over is not None else None)
+        self.rebuild = rebuild if rebuild is not None or over is None else Rebuild(iter, [over])
 
     def python_type(self) -> type:
-        if self.iter_type is None:  # the same tracker stands for iterators of several types
+        if self.iter_type is None:
             return super().python_type()
         return self.iter_type
+
+    def describe(self) -> str:
+        return self.iter_type.__name__ if self.iter_type is not None else "iterator"
 
     def subvalues(self) -> List[VariableTracker]:
         return [self.over] if self.over is not None else self.items[self.index :]
@@ -239,29 +316,57 @@ class ListIteratorVariable(IteratorVariable):
     def next_item(self, tx=None) -> Optional[VariableTracker]:
         if self.watched is not None and _keys(self.watched) != self.watched_keys:
             unimplemented_frame(f"{self.watched.describe()} changed during iteration (Python raises)")
-        if self.index >= len(self.items):
+        if self.exhausted or self.index >= len(self.items):
+            self.exhausted = True
             return None
         item = self.items[self.index]
         self.index += 1
         return item
 
     def reconstruct(self, codegen) -> None:
-        if self.over is not None:  # an iterator over the list itself, advanced as far as this one
-            codegen.load_function(itertools.islice)
-            codegen.load_function(iter)
-            codegen.reconstruct(self.over)
-            codegen.call(1)
-            codegen.load_const(self.index)
-            codegen.load_const(None)
-            codegen.call(3)
-            return
-        TupleVariable(self.items[self.index :]).reconstruct(codegen)
-        codegen.append("GET_ITER")
+        if self.rebuild is None or self.iter_type is None:
+            unimplemented(f"rebuilding a {self.describe()} made while tracing")
+        if self.watched is not None and _keys(self.watched) != self.watched_keys and not self.exhausted:
+            unimplemented(f"rebuilding an iterator over a {self.watched.describe()} changed since (Python raises)")
+        if self.over is not None and self.index > len(self.items) and not self.exhausted:
+            unimplemented("rebuilding a list iterator past the end of its list")
+        self.rebuild.emit(codegen, -1 if self.exhausted else self.index)
 
 
+class ReversedListIterator(IteratorVariable):
+    """reversed(list): reads the live list from the end, by an index fixed when made (listreviter)."""
+
+    def __init__(self, over: "ListVariable") -> None:
+        super().__init__()
+        self.over = over
+        self.index = len(over.items) - 1
+
+    def describe(self) -> str:
+        return "list_reverseiterator"
+
+    def python_type(self) -> type:
+        return _LIST_REVERSE_ITERATOR
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.over]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        if 0 <= self.index < len(self.over.items):
+            self.index -= 1
+            return self.over.items[self.index + 1]
+        self.index = -1
+        return None
+
+    def reconstruct(self, codegen) -> None:
+        ends = self.index >= len(self.over.items)  # the list shrank below it: its next() ends it
+        Rebuild(reversed, [self.over]).emit(codegen, -1 if ends else self.index)
 def _keys(container: VariableTracker) -> List[Any]:
     items = container.items
-    return list(items) if isinstance(items, dict) else [item.as_python_constant() for item in items]
+    if isinstance(items, dict):
+        return list(items)
+    if container.python_type() is collections.deque:  # any change counts: the trackers stand for its items
+        return [id(item) for item in items]
+    return [item.as_python_constant() for item in items]
 
 
 class EnumerateVariable(IteratorVariable):
@@ -318,17 +423,169 @@ class ZipVariable(IteratorVariable):
         codegen.call(len(self.inners))
 
 
-def iterate(tx, obj: VariableTracker) -> ListIteratorVariable:
+class GeneratorVariable(IteratorVariable):
+    """A generator object made while tracing: its frame (`tracer`, an inlining translator) runs on
+    to its next yield each time an item is asked for, so it reads what the consumer changed in
+    between, as in Python. Generated code can make it again only while it has not started."""
+
+    def __init__(self, tracer: Any, fn: VariableTracker, args: List[VariableTracker],
+                 kwargs: Dict[str, VariableTracker]) -> None:
+        super().__init__()
+        self.tracer = tracer
+        self.fn = fn
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+        self.state = "created"  # then "suspended", "running" or "done"
+        self.returned: Optional[VariableTracker] = None  # what its frame returned, once done
+
+    def describe(self) -> str:
+        return "generator"
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.fn, *self.args, *self.kwargs.values()]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        if self.state == "done":
+            return None
+        if self.state == "running":
+            unimplemented("a generator advancing itself (Python raises)")
+        self.state = "running"
+        item = self.tracer.resume_generator()
+        self.state = "suspended" if item is not None else "done"
+        if item is None:
+            self.returned = self.tracer.return_value
+        return item
+
+    def closes_observably(self) -> bool:
+        """Whether closing it, as Python does when it is dropped, would run code of its frame: it
+        stopped at a yield inside a try or with block."""
+        tracer = self.tracer
+        return self.state == "suspended" and tracer.instructions.handlers[tracer.current_index] is not None
+
+    def reconstruct(self, codegen) -> None:
+        if self.state != "created":
+            unimplemented("rebuilding a generator the traced code has started")
+        codegen.push_null()
+        codegen.reconstruct(self.fn)
+        for value in [*self.args, *self.kwargs.values()]:
+            codegen.reconstruct(value)
+        codegen.call(len(self.args) + len(self.kwargs), kw_names=tuple(self.kwargs))
+
+
+class MapVariable(IteratorVariable):
+    """map(fn, *iterators): lazy, calling `fn` as each row is pulled (the first iterator to end
+    ends it), as Python does."""
+
+    def __init__(self, fn: VariableTracker, inners: List[IteratorVariable]) -> None:
+        super().__init__()
+        self.fn = fn
+        self.inners = inners
+
+    def describe(self) -> str:
+        return "map"
+
+    def python_type(self) -> type:
+        return map
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.fn, *self.inners]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        row = []
+        for inner in self.inners:
+            item = inner.next_item(tx)
+            if item is None:
+                return None
+            row.append(item)
+        return self.fn.call_function(tx, row, {})
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(map)
+        codegen.reconstruct(self.fn)
+        for inner in self.inners:
+            codegen.reconstruct(inner)
+        codegen.call(1 + len(self.inners))
+
+
+class FilterVariable(IteratorVariable):
+    """filter(fn, iterator): lazy, testing each item as it is pulled."""
+
+    def __init__(self, fn: VariableTracker, inner: IteratorVariable) -> None:
+        super().__init__()
+        self.fn = fn
+        self.inner = inner
+
+    def describe(self) -> str:
+        return "filter"
+
+    def python_type(self) -> type:
+        return filter
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.fn, self.inner]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        item = self.inner.next_item(tx)
+        while item is not None:
+            test = item if is_none(self.fn) else self.fn.call_function(tx, [item], {})
+            if test.truthy(tx):
+                return item
+            item = self.inner.next_item(tx)
+        return None
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(filter)
+        codegen.reconstruct(self.fn)
+        codegen.reconstruct(self.inner)
+        codegen.call(2)
+
+
+def iterate(tx, obj: VariableTracker) -> IteratorVariable:
     """iter(obj). An iterator over a list reads the list as it is when advanced, so items appended
     while iterating are reached, as in Python."""
     if isinstance(obj, IteratorVariable):
         return obj
     if isinstance(obj, ListVariable):
         return ListIteratorVariable(obj.items, over=obj)
+    own = getattr(obj, "python_iterator", None)  # a user object's __iter__
+    iterator = own(tx) if own is not None else None
+    if iterator is not None:
+        return iterator
+    return snapshot_iterator(tx, obj, obj.unpack_var_sequence(tx), iter)
+
+
+def snapshot_iterator(tx, obj: VariableTracker, items: List[VariableTracker], make: Callable) -> ListIteratorVariable:
+    """`make(obj)` (iter or reversed) over `items`, what `obj` holds now, in the order it gives them."""
     storage = getattr(obj, "mapping_storage", None)  # a dict subclass's instance iterates its items
     container = getattr(obj, "mapping", None) or (storage and storage(tx)) or obj  # a dict view, its dict
-    watched = container if container.has_identity and issubclass(container.python_type(), (dict, set)) else None
-    return ListIteratorVariable(obj.unpack_var_sequence(tx), watched=watched)
+    watched = container if container.has_identity and issubclass(container.python_type(), _WATCHED) else None
+    iter_type = builtin_iterator_type(obj, make)
+    return ListIteratorVariable(items, watched=watched, iter_type=iter_type,
+                                rebuild=Rebuild(make, [obj]) if iter_type is not None else None)
+
+
+# containers whose iterators raise when the container changes size (a deque: at any change)
+_WATCHED = (dict, set, collections.deque)
+_BUILTIN_ITERS = {cls.__iter__: cls for cls in (tuple, list, dict, set, frozenset, collections.deque,
+                                                collections.OrderedDict)}
+
+
+def builtin_iterator_type(obj: VariableTracker, make: Callable) -> Optional[type]:
+    """The type of `make(obj)` (iter or reversed) for what `obj` stands for, where that is a builtin
+    container's iterator (None otherwise)."""
+    mapping, kind = getattr(obj, "mapping", None), getattr(obj, "kind", None)
+    if mapping is not None and kind in ("keys", "values", "items"):  # a dict view
+        base = _BUILTIN_ITERS.get(getattr(mapping.python_type(), "__iter__", None))
+        sample = getattr(base(), kind)() if base is not None else None
+    elif isinstance(obj, ConstantVariable):
+        sample = obj.as_python_constant()
+    else:
+        base = _BUILTIN_ITERS.get(getattr(obj.python_type(), "__iter__", None))
+        sample = base() if base is not None else None
+    return type(make(sample)) if sample is not None else None
 
 
 def sort_items(tx, items: List[VariableTracker], key: Optional[VariableTracker] = None,

@@ -18,7 +18,7 @@ from .base import VariableTracker
 from .constant import ConstantVariable, is_none
 from .dicts import ConstDictVariable
 from .functions import NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
-from .lists import ListIteratorVariable, ListVariable, TupleVariable
+from .lists import ListIteratorVariable, ListVariable, Rebuild, TupleVariable
 from .user_defined import UserDefinedClassVariable, iterate_object, lookup_class_attribute
 
 # The __call__ torch.fx gives each GraphModule class: nn.Module.__call__ with fx's traceback reporting.
@@ -346,7 +346,10 @@ class NNModuleVariable(VariableTracker):
         if name in _TREE_METHODS and _is_torch_method(module, name, (torch.nn.Module,)):
             arguments = _tree_arguments(name, args, kwargs)
             self._guard_absent(tx, "__dict__", name)
-            return ListIteratorVariable(_TREE_METHODS[name](self, tx, arguments), iter_type=types.GeneratorType)
+            # a generator over the tree, which generated code makes again (and moves on) if it must
+            rebuild = Rebuild(getattr(type(module), name), [self, *args], dict(kwargs))
+            return ListIteratorVariable(_TREE_METHODS[name](self, tx, arguments), iter_type=types.GeneratorType,
+                                        rebuild=rebuild)
         return super().call_method(tx, name, args, kwargs)
 
     def _dict_view(self, tx, name: str) -> VariableTracker:

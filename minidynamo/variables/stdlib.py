@@ -9,12 +9,12 @@ import itertools
 import operator
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from ..exc import unimplemented
+from ..exc import Unsupported, unimplemented
 from .base import VariableTracker
 from .constant import ConstantVariable, is_none
 from .dicts import ConstDictVariable
 from .functions import NestedUserFunctionVariable
-from .lists import IteratorVariable, ListIteratorVariable, TupleVariable, iterate
+from .lists import IteratorVariable, ListIteratorVariable, Rebuild, TupleVariable, iterate
 
 # More items than this from one iterator: an unbounded loop (`list(count())`), not traced.
 MAX_ITEMS = 100_000
@@ -30,12 +30,18 @@ class LazyIterator(IteratorVariable):
         self.tx: Any = None
         self.produced = 0
         self.steps = steps(self)
+        self.rebuild: Optional[Rebuild] = None  # how generated code makes it, while not started
 
     def describe(self) -> str:
         return f"itertools.{self.cls.__name__} iterator"
 
     def python_type(self) -> type:
         return self.cls
+
+    def reconstruct(self, codegen) -> None:
+        if self.produced or self.rebuild is None:
+            unimplemented(f"rebuilding an {self.describe()} the traced code has started")
+        self.rebuild.emit(codegen, 0)
 
     def next_item(self, tx) -> Optional[VariableTracker]:
         self.tx = tx
@@ -63,12 +69,14 @@ def _lazy(cls: type, steps: Callable[[LazyIterator], Iterator[VariableTracker]])
     return LazyIterator(cls, steps)
 
 
-def _by_index(pools: List[List[VariableTracker]], index_rows: Iterator[tuple]) -> ListIteratorVariable:
+def _by_index(pools: List[List[VariableTracker]], index_rows: Iterator[tuple], make: Callable) -> ListIteratorVariable:
     """The rows real itertools makes from index ranges, mapped back to the trackers: row position k
     picks from pool k (modulo the pool count, for `repeat=`). Its pools are read when it is made,
-    as Python does, so it is an iterator over known rows (which generated code can rebuild)."""
-    return ListIteratorVariable([TupleVariable([pools[k % len(pools)][i] for k, i in enumerate(row)])
-                                 for row in index_rows])
+    as Python does, so it is an iterator over known rows, which generated code rebuilds as
+    `make(*pools)` moved on past the rows consumed."""
+    rows = [TupleVariable([pools[k % len(pools)][i] for k, i in enumerate(row)]) for row in index_rows]
+    kind = type(make(*[() for _ in pools]))
+    return ListIteratorVariable(rows, iter_type=kind, rebuild=Rebuild(make, [TupleVariable(p) for p in pools]))
 
 
 def _items(tx, iterable: VariableTracker) -> List[VariableTracker]:
@@ -93,7 +101,9 @@ def _chain_from_iterable(tx, iterables: VariableTracker) -> LazyIterator:
 
 def _product(tx, *iterables: VariableTracker, repeat: Optional[VariableTracker] = None) -> ListIteratorVariable:
     pools = [_items(tx, i) for i in iterables]
-    return _by_index(pools, itertools.product(*[range(len(p)) for p in pools], repeat=_const(repeat, 1)))
+    times = _const(repeat, 1)
+    return _by_index(pools, itertools.product(*[range(len(p)) for p in pools], repeat=times),
+                     functools.partial(itertools.product, repeat=times))
 
 
 def _single_pool(cls: type) -> Callable:
@@ -101,7 +111,8 @@ def _single_pool(cls: type) -> Callable:
 
     def make(tx, iterable: VariableTracker, *r: VariableTracker) -> ListIteratorVariable:
         pool = _items(tx, iterable)
-        return _by_index([pool], cls(range(len(pool)), *[_const(v) for v in r]))
+        sizes = [_const(v) for v in r]
+        return _by_index([pool], cls(range(len(pool)), *sizes), lambda items: cls(items, *sizes))
 
     return make
 
@@ -447,6 +458,29 @@ def _count_elements(tx, mapping: VariableTracker, iterable: VariableTracker) -> 
     return ConstantVariable(None)
 
 
+def _remade(real: Callable, make: Callable) -> Callable:
+    """`make`, whose itertools iterator generated code can make again as `real(*args, **kwargs)`
+    while it has not started: Python takes iter() of the arguments when it is made, which is the
+    same later but for a dict, set or deque (changed since, its iterator would raise)."""
+
+    @functools.wraps(make)
+    def handler(tx, *args: VariableTracker, **kwargs: VariableTracker) -> VariableTracker:
+        result = make(tx, *args, **kwargs)
+        values = [*args, *kwargs.values()]
+        if isinstance(result, LazyIterator) and not any(_is_watched(v) for v in values):
+            result.rebuild = Rebuild(real, list(args), dict(kwargs))
+        return result
+
+    return handler
+
+
+def _is_watched(value: VariableTracker) -> bool:
+    try:
+        return issubclass(value.python_type(), (dict, set, collections.deque))
+    except Unsupported:
+        return True
+
+
 # function -> handler(tx, *args, **kwargs) returning the result's tracker
 STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
     itertools.chain: _chain,
@@ -477,3 +511,5 @@ STDLIB_FUNCTIONS: Dict[Any, Callable[..., VariableTracker]] = {
     operator.methodcaller: _getter(operator.methodcaller),
     collections._count_elements: _count_elements,
 }
+STDLIB_FUNCTIONS.update({fn: _remade(fn, make) for fn, make in STDLIB_FUNCTIONS.items()
+                         if isinstance(fn, type) and fn.__module__ == "itertools"})

@@ -21,7 +21,7 @@ from .constant import ConstantVariable
 from .deques import DequeVariable
 from .dicts import ConstDictVariable, DictClassMethod, DictMethodVariable, construct_mapping, mapping_type
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
-from .lists import ListVariable, TupleVariable
+from .lists import IteratorVariable, ListVariable, TupleVariable
 from .named_tuple import NamedTupleVariable
 
 
@@ -169,7 +169,7 @@ def mapping_storage(tx, obj: VariableTracker) -> Optional[ConstDictVariable]:
 
 
 def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]:
-    """The items of a user object: through a generator __iter__, or __len__ and __getitem__."""
+    """The items of a user object: through its __iter__, or __len__ and __getitem__."""
     iter_method = getattr_static(cls, "__iter__", None)
     storage = mapping_storage(tx, obj)
     if storage is not None and not isinstance(iter_method, types.FunctionType):
@@ -177,16 +177,28 @@ def iterate_object(tx, obj: VariableTracker, cls: type) -> List[VariableTracker]
     if iter_method in (None, collections.abc.Sequence.__iter__) and getattr_static(cls, "__getitem__", None):
         length = obj.call_method(tx, "__len__", [], {}).as_python_constant()
         return [obj.call_method(tx, "__getitem__", [ConstantVariable(i)], {}) for i in range(length)]
-    if isinstance(iter_method, types.FunctionType):
-        iterate = lookup_class_attribute(tx, obj, cls, "__iter__", None, implicit=True)
-        iterator = iterate.call_function(tx, [], {})
-        if isinstance(iterator, (UserDefinedObjectVariable, NewObjectVariable, ConstructedObjectVariable)) \
-                and getattr_static(iterator.python_type(), "__next__", None) is not None:
-            # an iterator object (often `return self`): its items end with a StopIteration raised
-            # in traced code, which the translator does not follow
-            unimplemented(f"iterating over {cls.__qualname__} objects through __next__")
-        return iterator.unpack_var_sequence(tx)
-    unimplemented(f"iterating over {cls.__qualname__} objects")
+    iterator = object_iterator(tx, obj, cls)
+    if iterator is None:
+        unimplemented(f"iterating over {cls.__qualname__} objects")
+    return iterator.unpack_var_sequence(tx)
+
+
+def object_iterator(tx, obj: VariableTracker, cls: type) -> Optional[IteratorVariable]:
+    """iter(obj) through the __iter__ `cls` defines in Python (None where it has none): the iterator
+    it returns, advanced lazily (a generator's frame runs as its items are asked for)."""
+    iter_method = getattr_static(cls, "__iter__", None)
+    if not isinstance(iter_method, types.FunctionType) or iter_method is collections.abc.Sequence.__iter__:
+        return None
+    iterate = lookup_class_attribute(tx, obj, cls, "__iter__", None, implicit=True)
+    iterator = iterate.call_function(tx, [], {})
+    if isinstance(iterator, (UserDefinedObjectVariable, NewObjectVariable, ConstructedObjectVariable)) \
+            and getattr_static(iterator.python_type(), "__next__", None) is not None:
+        # an iterator object (often `return self`): its items end with a StopIteration raised
+        # in traced code, which the translator does not follow
+        unimplemented(f"iterating over {cls.__qualname__} objects through __next__")
+    if not isinstance(iterator, IteratorVariable):
+        unimplemented(f"{cls.__qualname__}.__iter__ returning {iterator.describe()} (Python raises)")
+    return iterator
 
 
 def _real_value(value: VariableTracker) -> Any:
@@ -323,6 +335,10 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx) -> List[VariableTracker]:
         return iterate_object(tx, self, type(self.obj))
+
+    def python_iterator(self, tx) -> Optional[IteratorVariable]:
+        """iter(self) through a Python __iter__, or None (see lists.iterate)."""
+        return object_iterator(tx, self, type(self.obj))
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if self.source is not None and _call_python_setattr(tx, self, type(self.obj), name, value):
@@ -478,6 +494,10 @@ class NewObjectVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx) -> List[VariableTracker]:
         return iterate_object(tx, self, self.cls)
+
+    def python_iterator(self, tx) -> Optional[IteratorVariable]:
+        """iter(self) through a Python __iter__, or None (see lists.iterate)."""
+        return object_iterator(tx, self, self.cls)
 
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if _call_python_setattr(tx, self, self.cls, name, value):

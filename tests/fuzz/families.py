@@ -616,10 +616,50 @@ def _set_rg(args: "Args") -> str:
     return "backward: a.rg = True"
 
 
+def gen_reads(gen: "Gen") -> None:
+    """Generators, comprehensions and lazy iterators that read a list, dict or deque the frame (or the
+    consumer) changes while they run: CPython's order of reads and writes decides what they see."""
+    i = gen.name("")
+    _add(gen, "gen_reads", i,
+         setup="import collections\nimport itertools\nGL{i} = [1, 2, 3]\nGD{i} = {{'a': 1, 'b': 2}}",
+         body=["L{i} = list(GL{i})\nL{i}.extend(v * 2 for v in L{i} if len(L{i}) < 9)\nout.append(L{i})",
+               "L{i} = list(GL{i})\nL{i} += (v + 1 for v in L{i} if len(L{i}) < 7)\ny = y + len(L{i})",
+               "L{i} = list(GL{i})\nL{i}.extend(map(lambda v: v + len(L{i}), itertools.islice(L{i}, 4)))\n"
+               "out.append(L{i})",
+               ("if len(GL{i}) < 12:\n    GL{i}.extend(v - 1 for v in GL{i} if len(GL{i}) < 12)", ("GL{i}",)),
+               "g{i} = (v * 2 for v in GL{i})\nGL{i}.append(len(GL{i}))\nout.append(next(g{i}, None))\n"
+               "GL{i}.pop()\nout.append(list(g{i}))",
+               "def gen{i}(xs):\n    for v in xs:\n        print('gen', v)\n        yield v\n    return len(xs)\n"
+               "for v in gen{i}(GL{i}):\n    print('use', v)\n    y = y + v",
+               "def outer{i}(xs):\n    n = yield from (v + 1 for v in xs)\n    yield n\nout.append(list(outer{i}(GL{i})))",
+               "L{i} = list(GL{i})\nfor v in (w + 1 for w in L{i} if len(L{i}) < 8):\n    L{i}.append(v)\n"
+               "y = y * len(L{i})",
+               "L{i} = list(GL{i})\nfor k, v in enumerate(L{i}):\n    if k < 3:\n        L{i}.append(v * k)\n"
+               "out.append(L{i})",
+               "L{i} = list(GL{i})\nout.append([L{i}.append(v) or len(L{i}) for v in L{i} if len(L{i}) < 7])",
+               "L{i} = list(GL{i})\nL{i}[:] = (v * 3 for v in L{i} if len(L{i}) < 10)\nout.append(L{i})",
+               "L{i} = list(GL{i})\nout.append(sorted(v for v in L{i}))\nout.append(tuple(zip(L{i}, L{i}[1:])))",
+               "L{i} = list(GL{i})\nL{i}.extend(L{i})\nL{i} += L{i}\ny = y + len(L{i})",
+               "Q{i} = collections.deque(GL{i})\nQ{i}.extend(Q{i})\nQ{i}.extendleft(v for v in [7, 8])\n"
+               "out.append(list(Q{i}))",
+               "Q{i} = collections.deque(GL{i})\ntry:\n    Q{i}.extendleft(v * 2 for v in Q{i})\n"
+               "except RuntimeError as e:\n    out.append(str(e))\nout.append(len(Q{i}))",
+               "D{i} = dict(GD{i})\ntry:\n    D{i}.update((k + 'x', v) for k, v in D{i}.items())\n"
+               "except RuntimeError as e:\n    out.append(str(e))\nout.append(D{i})",
+               "D{i} = dict(GD{i})\nfor k in list(D{i}):\n    D{i}[k + '2'] = D{i}[k]\nout.append(sorted(D{i}))",
+               "it{i} = iter(GL{i})\nout.append(next(it{i}, None))\nout.append(list(map(abs, it{i})))",
+               "r{i} = reversed(GL{i})\nout.append(next(r{i}, None))\nout.append(list(filter(None, r{i})))",
+               "y = y + sum(v for v in GL{i} if v > 1)",
+               "y = y + max((v for v in GL{i}), default=0)"],
+         mutations=["GL{i}.append(4)", "GL{i}.clear()", "GL{i}[:] = [5, 6]", "GL{i} = [0]", "GL{i} = [1, 2, 3]",
+                    "GD{i}['c'] = 3", "GD{i}.pop('a', None)", "GD{i} = {{'z': 0}}"])
+
+
 FAMILIES: Dict[str, Family] = {
     "tensor_ops": tensor_ops, "control": control, "breaks": breaks, "containers_ret": containers_ret,
     "inplace": inplace, "rng": rng, "globals": globals_, "closures": closures, "modules": modules,
     "module_target": module_target, "objects": objects, "containers": containers, "identity": identity,
     "torch_state": torch_state, "arg_types": arg_types, "arg_tensors": arg_tensors, "backward": backward,
     "cells": cells, "descriptors": descriptors,
+    "gen_reads": gen_reads,
 }
