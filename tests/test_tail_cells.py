@@ -8,7 +8,7 @@ import functools
 import pytest
 import torch
 
-from break_harness import Cases, compare, compare_runs, rand, run_once, xfail_unless_reference
+from break_harness import Cases, compare, compare_runs, rand, run_once
 from translator_harness import REFERENCE, CompileCounter, explain, optimize
 
 CASES = Cases()
@@ -787,12 +787,7 @@ def _generator_made_before_a_cell_write(x):
     return list(gen)
 
 
-_RUN_WHEN_MADE = ("inlined generators run to completion when made (issue 30, iterators): a cell written later "
-                  "is not seen")
-
-
-@pytest.mark.parametrize("fn", [pytest.param(fn, id=fn.__name__, marks=xfail_unless_reference(_RUN_WHEN_MADE))
-                                for fn in (_generator_reads_a_cell_between_items, _generator_made_before_a_cell_write)])
+@pytest.mark.parametrize("fn", [_generator_reads_a_cell_between_items, _generator_made_before_a_cell_write])
 def test_generator_over_a_cell(fn):
     x = rand(3)
     compare_runs(run_once(optimize(CompileCounter())(fn), (x.clone(),)), run_once(fn, (x.clone(),)))
