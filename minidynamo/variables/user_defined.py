@@ -7,14 +7,14 @@ import dataclasses
 import enum
 import functools
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch.distributions.utils import lazy_property
 
 from ..exc import AttributeMissing, attribute_missing, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
-from ..module_lookup import getattr_static
+from ..module_lookup import MISSING, class_attribute, getattr_static, is_data_descriptor
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -44,7 +44,9 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     """What `obj.name` gives when `name` is found on the class (methods, properties, descriptors).
     `cls_source` reaches `cls` for guards (by default: the class of `obj_vt`); `implicit`: a lookup
     that skips the instance's __dict__ (special methods, super())."""
-    static = getattr_static(cls, name)
+    static = class_attribute(cls, name)
+    if static is MISSING:
+        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
     if cls_source is None:
         cls_source = _class_source(obj_vt)
     guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit)
@@ -52,7 +54,9 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         return tx.wrap(static.__func__, guarded())
     if isinstance(static, classmethod):
         return UserMethodVariable(static.__func__, UserDefinedClassVariable(cls, cls_source), guarded())
-    if isinstance(static, property):
+    if type(static) is property:
+        if static.fget is None:
+            attribute_missing(f"property '{name}' of '{cls.__qualname__}' object has no getter")
         if not isinstance(static.fget, types.FunctionType):
             unimplemented(f"property {name} with a non-Python getter")
         prop_source = guarded()
@@ -82,8 +86,9 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     if owner in READ_ONLY_METHODS and name in READ_ONLY_METHODS[owner]:
         guarded()
         return BuiltinMethodVariable(obj_vt, owner, name)
-    if hasattr(type(static), "__get__"):
-        unimplemented(f"attribute '{name}' is a {type(static).__name__} descriptor")
+    getter = _descriptor_method(tx, static, guarded, "__get__")
+    if getter is not None:  # a descriptor written in Python: its __get__(instance, owner) traced
+        return getter.call_function(tx, [obj_vt, UserDefinedClassVariable(cls, cls_source)], {})
     return tx.wrap(static, attr_source)
 
 
@@ -95,6 +100,22 @@ def _cached_property_function(static: Any) -> Optional[Tuple[types.FunctionType,
     if isinstance(static, lazy_property) and isinstance(static.wrapped, types.FunctionType):
         return static.wrapped, "wrapped"
     return None
+
+
+def _descriptor_method(tx, static: Any, guarded: Callable[[], Optional[Source]], name: str) -> Optional[VariableTracker]:
+    """`type(static).name` (`__get__`, `__set__`, `__delete__`) bound to the descriptor `static`,
+    where the descriptor's class defines it in Python; None where it does not define it at all.
+    `guarded()` guards the class lookup that found `static` and gives its source."""
+    method = class_attribute(type(static), name)
+    if method is MISSING:
+        return None
+    if not isinstance(method, types.FunctionType):
+        unimplemented(f"a {type(static).__name__} descriptor's {name} (not a Python function)")
+    source = guarded()
+    method_source = source and AttrSource(AttrSource(source, "__class__"), name)
+    if method_source is not None:
+        tx.output.add_guard(Guard(method_source, GuardKind.ID_MATCH, method))
+    return UserMethodVariable(method, tx.wrap(static, source), method_source)
 
 
 def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
@@ -118,9 +139,8 @@ def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source
     if isinstance(static, classmethod):  # `Cls.name` makes a new bound method each time
         source = AttrSource(source, "__func__")
     tx.output.add_guard(Guard(source, GuardKind.ID_MATCH, expected))
-    instance = obj_vt.real_object()
     if (not implicit and obj_vt.source is not None and not isinstance(obj_vt, UserDefinedClassVariable)
-            and isinstance(getattr(instance, "__dict__", None), dict) and not hasattr(type(static), "__set__")):
+            and instance_dict_of(obj_vt.real_object()) is not None and not is_data_descriptor(static)):
         tx.output.add_guard(Guard(AttrSource(obj_vt.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
     return source
 
@@ -131,21 +151,58 @@ OBJECT_METHODS = (object.__getattribute__, object.__setattr__, object.__delattr_
                   object.__init__)
 
 
+def instance_dict_of(obj: Any) -> Optional[dict]:
+    """The __dict__ of `obj`, read without running code of its class (None where it has none)."""
+    descriptor = class_attribute(type(obj), "__dict__")
+    return descriptor.__get__(obj) if isinstance(descriptor, types.GetSetDescriptorType) else None
+
+
+def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
+                             value: Optional[VariableTracker]) -> bool:
+    """The first step of CPython's object.__setattr__ (`value`) and object.__delattr__ (`value` None):
+    a data descriptor found along the class's MRO takes the store or the deletion: a property's
+    fset or fdel, a Python __set__ or __delete__, traced. False where none does (no descriptor, or
+    a __slots__ slot, which the caller stores)."""
+    static = class_attribute(cls, name)
+    if static is MISSING or not is_data_descriptor(static) or isinstance(static, types.MemberDescriptorType):
+        return False
+    guarded = functools.partial(_guard_class_lookup, tx, obj, _class_source(obj), name, static, False)
+    args = [obj] if value is None else [obj, value]
+    if type(static) is property:
+        field = "fdel" if value is None else "fset"
+        function = getattr(static, field)
+        if not isinstance(function, types.FunctionType):  # None: Python raises AttributeError
+            unimplemented(f"property '{name}' of {cls.__qualname__} whose {field} is {type(function).__name__}")
+        source = guarded()
+        UserFunctionVariable(function, source and AttrSource(source, field)).call_function(tx, args, {})
+        return True
+    method = _descriptor_method(tx, static, guarded, "__delete__" if value is None else "__set__")
+    if method is None:  # Python raises AttributeError
+        unimplemented(f"{'deleting' if value is None else 'assigning'} '{name}' of {cls.__qualname__} through "
+                      f"a {type(static).__name__} descriptor that does not define it")
+    method.call_function(tx, args, {})
+    return True
+
+
 def has_python_getattribute(cls: type) -> bool:
     return isinstance(getattr_static(cls, "__getattribute__"), types.FunctionType)
 
 
 def get_attribute(tx, obj: VariableTracker, cls: type, name: str) -> VariableTracker:
-    """`obj.name` for a user object: its class's Python __getattribute__ traced, or the generic
-    lookup; then a Python __getattr__ where that lookup finds nothing."""
+    """`obj.name` for a user object, as CPython's slot_tp_getattr_hook: its class's Python
+    __getattribute__ traced, or the generic lookup; then, only where that lookup ends in
+    AttributeError, the class's __getattr__ traced."""
     try:
         if has_python_getattribute(cls):
             method = lookup_class_attribute(tx, obj, cls, "__getattribute__", None, implicit=True)
             return method.call_function(tx, [ConstantVariable(name)], {})
         return obj.generic_getattr(tx, name)
     except AttributeMissing:
-        if not isinstance(getattr_static(cls, "__getattr__", None), types.FunctionType):
+        fallback = class_attribute(cls, "__getattr__")
+        if fallback is MISSING:
             raise
+        if not isinstance(fallback, types.FunctionType):
+            unimplemented(f"{cls.__qualname__}.__getattr__ is not a Python function")
     fallback = lookup_class_attribute(tx, obj, cls, "__getattr__", None, implicit=True)
     return fallback.call_function(tx, [ConstantVariable(name)], {})
 
@@ -284,39 +341,82 @@ class UserDefinedObjectVariable(VariableTracker):
         return super().as_python_constant()
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        cls = type(self.obj)
-        if has_python_getattribute(cls) and self.source is not None:
-            return get_attribute(tx, self, cls, name)
-        return self.generic_getattr(tx, name)
+        return get_attribute(tx, self, type(self.obj), name)
 
     def generic_getattr(self, tx, name: str) -> VariableTracker:
-        """`object.__getattribute__(obj, name)`: the instance dict, then the class."""
+        """`object.__getattribute__(obj, name)`, as CPython's _PyObject_GenericGetAttrWithDict: a data
+        descriptor of the class, the instance dict, then the class."""
+        cls = type(self.obj)
+        if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
+            return tx.wrap(getattr(self.obj, name))
+        attr_source = self.source and AttrSource(self.source, name)
+        if name == "__dict__" and instance_dict_of(self.obj) is not None:
+            return self.instance_dict(tx)
+        static = class_attribute(cls, name)
+        if static is not MISSING and is_data_descriptor(static):
+            if isinstance(static, (types.MemberDescriptorType, types.GetSetDescriptorType)):  # slots, C fields
+                return self._read_builtin_descriptor(tx, static, name)
+            return lookup_class_attribute(tx, self, cls, name, attr_source)
+        found = self._instance_dict_item(tx, name)
+        if found is not None:
+            return found
+        if static is not MISSING:
+            if attr_source is not None and has_python_getattribute(cls):
+                # guards read where this lookup found the value, not through the class's own lookup again
+                attr_source = AttrSource(AttrSource(self.source, "__class__"), name)
+            return lookup_class_attribute(tx, self, cls, name, attr_source)
+        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
+
+    def instance_dict(self, tx) -> ConstDictVariable:
+        """The tracker of the object's __dict__, the one place the trace keeps its attributes from
+        then on (attributes assigned before it was first read are put in it)."""
+        real = instance_dict_of(self.obj)
+        known = tx.output.tracked_containers.get(id(real))
+        if known is not None and known[0] is real:
+            return known[1]
+        tracker = tx.wrap(real, self.source and AttrSource(self.source, "__dict__"))
+        if not isinstance(tracker, ConstDictVariable):
+            unimplemented(f"the __dict__ of {self.describe()} (keys that are not constants)")
+        for key, value in tx.output.side_effects.pending_attrs(self.obj).items():
+            tracker.call_method(tx, "__setitem__", [ConstantVariable(key), value], {})
+        return tracker
+
+    def _tracked_instance_dict(self, tx) -> Optional[ConstDictVariable]:
+        real = instance_dict_of(self.obj)
+        known = tx.output.tracked_containers.get(id(real)) if real is not None else None
+        return known[1] if known is not None and known[0] is real else None
+
+    def _instance_dict_item(self, tx, name: str) -> Optional[VariableTracker]:
+        """`obj.__dict__[name]` as the trace has it so far, or None where the dict lacks it (guarded)."""
+        tracked = self._tracked_instance_dict(tx)
+        if tracked is not None:
+            return tracked.items.get(name)
         pending = tx.output.side_effects.pending_attr(self.obj, name)
         if pending is not None:
             return pending
-        attr_source = self.source and AttrSource(self.source, name)
-        dict_source = attr_source
-        cls = type(self.obj)
-        if attr_source is not None and has_python_getattribute(cls):
-            # guards read where this lookup found the value, not through the class's own lookup again
-            dict_source = GetItemSource(AttrSource(self.source, "__dict__"), name)
-            attr_source = AttrSource(AttrSource(self.source, "__class__"), name)
-        if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
-            return tx.wrap(getattr(self.obj, name))
-        instance_dict = getattr(self.obj, "__dict__", {})
-        static = getattr_static(cls, name, None)
-        is_data_descriptor = static is not None and hasattr(type(static), "__set__")
-        if name in instance_dict and not is_data_descriptor:
-            return tx.wrap(instance_dict[name], dict_source)
-        if isinstance(static, (types.MemberDescriptorType, types.GetSetDescriptorType)):  # __slots__ and C fields
-            return tx.wrap(getattr(self.obj, name), self.source and AttrSource(self.source, name))
-        if static is not None or hasattr(cls, name):
-            return lookup_class_attribute(tx, self, cls, name, attr_source)
-        if hasattr(cls, "__getattr__"):
-            unimplemented(f"{cls.__qualname__}.__getattr__")
-        if self.source is not None and isinstance(instance_dict, dict):
+        real = instance_dict_of(self.obj)
+        if real is None:
+            return None
+        dict_source = self.source and GetItemSource(AttrSource(self.source, "__dict__"), name)
+        if name in real:
+            return tx.wrap(real[name], dict_source if has_python_getattribute(type(self.obj)) else
+                           self.source and AttrSource(self.source, name))
+        if self.source is not None:
             tx.output.add_guard(Guard(AttrSource(self.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
-        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
+        return None
+
+    def _read_builtin_descriptor(self, tx, static: Any, name: str) -> VariableTracker:
+        """A __slots__ slot or a C-level field (`__class__`, `__weakref__`): no user code runs."""
+        pending = tx.output.side_effects.pending_attr(self.obj, name)
+        if pending is not None:
+            return pending
+        try:
+            value = static.__get__(self.obj, type(self.obj))
+        except AttributeError:
+            if self.source is not None:
+                tx.output.add_guard(Guard(self.source, GuardKind.HASATTR, (name, False)))
+            attribute_missing(f"{type(self.obj).__qualname__} object has no attribute '{name}'")
+        return tx.wrap(value, self.source and AttrSource(self.source, name))
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
@@ -327,15 +427,37 @@ class UserDefinedObjectVariable(VariableTracker):
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if self.source is not None and _call_python_setattr(tx, self, type(self.obj), name, value):
             return
-        if self.source is None or _has_custom_setattr(type(self.obj)):
-            super().store_attr(tx, name, value)
-        tx.output.side_effects.store_attr(self, self.obj, name, value)
+        if type(self.obj).__setattr__ is not object.__setattr__:
+            unimplemented(f"{type(self.obj).__qualname__} has a __setattr__ not written in Python")
+        self.generic_setattr(tx, name, value)
 
     def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
-        cls = type(self.obj)
-        if self.source is None or _is_data_descriptor(cls, name) or any(vars(c).get("__slots__") for c in cls.__mro__[:-1]):
+        """`object.__setattr__(obj, name, value)`, as CPython's _PyObject_GenericSetAttrWithDict: a data
+        descriptor of the class takes it, else the instance dict."""
+        if self.source is None:  # nothing in generated code reaches the object to assign it
             super().store_attr(tx, name, value)
+        cls = type(self.obj)
+        if store_through_descriptor(tx, self, cls, name, value):
+            return
+        if not isinstance(class_attribute(cls, name), types.MemberDescriptorType):
+            if instance_dict_of(self.obj) is None:
+                unimplemented(f"assigning '{name}' of a {cls.__qualname__}, which has no such slot (Python raises)")
+            tracked = self._tracked_instance_dict(tx)
+            if tracked is not None:
+                tracked.call_method(tx, "__setitem__", [ConstantVariable(name), value], {})
+                return
         tx.output.side_effects.store_attr(self, self.obj, name, value, object.__setattr__)
+
+    def generic_delattr(self, tx, name: str) -> None:
+        """`object.__delattr__(obj, name)`: a data descriptor's deleter, else the instance dict's item."""
+        if self.source is None:
+            unimplemented(f"deleting '{name}' of {self.describe()}")
+        if store_through_descriptor(tx, self, type(self.obj), name, None):
+            return
+        if isinstance(class_attribute(type(self.obj), name), types.MemberDescriptorType) or \
+                instance_dict_of(self.obj) is None:
+            unimplemented(f"deleting the slot '{name}' of {self.describe()}")
+        self.instance_dict(tx).call_method(tx, "__delitem__", [ConstantVariable(name)], {})
 
     def mapping_storage(self, tx) -> Optional[ConstDictVariable]:
         base = mapping_base(type(self.obj))
@@ -360,14 +482,6 @@ class UserDefinedObjectVariable(VariableTracker):
             method = lookup_class_attribute(tx, self, type(self.obj), "__call__", None, implicit=True)
             return method.call_function(tx, args, kwargs)
         return super().call_function(tx, args, kwargs)
-
-
-def _has_custom_setattr(cls: type) -> bool:
-    return cls.__setattr__ is not object.__setattr__ or any(vars(c).get("__slots__") for c in cls.__mro__[:-1])
-
-
-def _is_data_descriptor(cls: type, name: str) -> bool:
-    return hasattr(type(getattr_static(cls, name, None)), "__set__")
 
 
 def _call_python_setattr(tx, obj: VariableTracker, cls: type, name: str, value: VariableTracker) -> bool:
@@ -451,25 +565,30 @@ class NewObjectVariable(VariableTracker):
         return get_attribute(tx, self, self.cls, name)
 
     def generic_getattr(self, tx, name: str) -> VariableTracker:
-        """`object.__getattribute__(obj, name)`: data descriptors of the class, the instance dict,
+        """`object.__getattribute__(obj, name)`: a data descriptor of the class, the instance dict,
         then the class."""
-        static = getattr_static(self.cls, name, None)
-        if name in self.attrs and not (static is not None and hasattr(type(static), "__set__")):
+        static = class_attribute(self.cls, name)
+        if static is not MISSING and is_data_descriptor(static):
+            if isinstance(static, types.MemberDescriptorType):  # a __slots__ slot
+                if name in self.attrs:
+                    return self.attrs[name]
+                attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
+            if name == "__class__":
+                return UserDefinedClassVariable(self.cls, self.cls_source)
+            if name == "__dict__" and self.cls.__dictoffset__:
+                return self.instance_dict
+            return lookup_class_attribute(tx, self, self.cls, name, None)
+        if name in self.attrs:
             return self.attrs[name]
-        if name == "__class__":
-            return UserDefinedClassVariable(self.cls, self.cls_source)
-        if name == "__dict__" and self.cls.__dictoffset__:
-            return self.instance_dict
-        if isinstance(static, types.MemberDescriptorType) and name in self.attrs:  # a __slots__ slot
-            return self.attrs[name]
-        if static is not None and not isinstance(static, types.MemberDescriptorType):
+        if static is not MISSING:
             return lookup_class_attribute(tx, self, self.cls, name, None)
         attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
 
     def generic_delattr(self, tx, name: str) -> None:
-        """`object.__delattr__(obj, name)` on an attribute the instance holds."""
-        if name not in self.attrs or _is_data_descriptor(self.cls, name) and not isinstance(
-                getattr_static(self.cls, name), types.MemberDescriptorType):
+        """`object.__delattr__(obj, name)`: a data descriptor's deleter, else the attribute the instance holds."""
+        if store_through_descriptor(tx, self, self.cls, name, None):
+            return
+        if name not in self.attrs:
             unimplemented(f"deleting '{name}' of a {self.cls.__qualname__} object that does not hold it")
         del self.attrs[name]
 
@@ -487,9 +606,11 @@ class NewObjectVariable(VariableTracker):
         self.generic_setattr(tx, name, value)
 
     def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
-        is_slot = isinstance(getattr_static(self.cls, name, None), types.MemberDescriptorType)
-        if not is_slot and _is_data_descriptor(self.cls, name):
-            unimplemented(f"assigning {self.cls.__qualname__}.{name}, a data descriptor")
+        """`object.__setattr__(obj, name, value)`: a data descriptor of the class takes it, else the
+        instance (its dict, or a __slots__ slot)."""
+        if store_through_descriptor(tx, self, self.cls, name, value):
+            return
+        is_slot = isinstance(class_attribute(self.cls, name), types.MemberDescriptorType)
         if not is_slot and not self.cls.__dictoffset__:
             unimplemented(f"assigning '{name}' of a {self.cls.__qualname__}, which has no such slot (Python raises)")
         self.attrs[name] = value
