@@ -55,6 +55,22 @@ class WithDesc:
     d = Doubling()
 
 
+class Logged:
+    """A data descriptor that logs each __get__, on the class too, and fails there."""
+
+    def __get__(self, obj, owner=None):
+        LOG.append("get")
+        return obj.__dict__.get("_l", 0)
+
+    def __set__(self, obj, val):
+        LOG.append("set")
+        obj.__dict__["_l"] = val + 1
+
+
+class WithLogged:
+    lg = Logged()
+
+
 class Offset:
     """A non-data descriptor: the instance dict shadows it."""
 
@@ -243,6 +259,21 @@ def descriptor_delete_existing(x, c):
     return x + c.d
 
 
+@CASES.case(existing(WithLogged), global_names=("LOG",))
+def descriptor_runs_once_per_access(x, o):
+    o.lg = 2
+    a = o.lg
+    brk()
+    return x * a + o.lg, list(LOG)
+
+
+@CASES.case(x3, global_names=("LOG",))
+def descriptor_runs_once_per_access_made_here(x):
+    o = WithLogged()
+    o.lg = 3
+    return x * o.lg, list(LOG)
+
+
 @CASES.case(existing(WithNonData))
 def non_data_descriptor_shadowed(x, o):
     before = o.n
@@ -275,12 +306,22 @@ def property_attribute_error_falls_back(x, o):
     return x * o.broken, list(LOG)
 
 
-@CASES.case(existing(Fallback), global_names=("LOG",))
+@CASES.case(existing(Fallback), global_names=("LOG",), reference_skip="torch._dynamo runs __getattr__ twice")
 def hasattr_with_getattr_fallback(x, o):
     return x + 1, hasattr(o, "anything"), getattr(o, "qq", None), list(LOG)
 
 
-GLOBAL_FALLBACK = Fallback()
+class LoudFallback:
+    """Logs every name asked of it, special ones included (a probe of `__code__` shows)."""
+
+    def __getattr__(self, name):
+        LOG.append(name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return 2
+
+
+GLOBAL_FALLBACK = LoudFallback()
 
 
 @CASES.case(x3, global_names=("LOG",))

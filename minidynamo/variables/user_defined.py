@@ -49,7 +49,7 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
     if cls_source is None:
         cls_source = _class_source(obj_vt)
-    guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit)
+    guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit, cls)
     if isinstance(static, staticmethod):
         return tx.wrap(static.__func__, guarded())
     if isinstance(static, classmethod):
@@ -128,13 +128,17 @@ def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
 
 
 def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source], name: str, static: Any,
-                        implicit: bool) -> Optional[Source]:
-    """The trace resolved `name` to `static` on a class: guard that the class still resolves it so
-    (methods patched on the class) and that the instance's own __dict__ does not shadow it
-    (methods patched on the instance). Returns the source of what the class lookup gives."""
+                        implicit: bool, cls: Optional[type] = None) -> Optional[Source]:
+    """The trace resolved `name` to `static` on the class `cls`: guard that the class still resolves
+    it so (methods patched on the class) and that the instance's own __dict__ does not shadow it
+    (methods patched on the instance). Returns the source of what the class lookup gives (of the
+    descriptor itself where reading it from the class would run its Python __get__)."""
     if cls_source is None:
         return None
-    source = AttrSource(cls_source, name)
+    if cls is not None and isinstance(class_attribute(type(static), "__get__"), types.FunctionType):
+        source = _class_dict_source(tx, cls, cls_source, name)
+    else:
+        source = AttrSource(cls_source, name)
     expected = static.__func__ if isinstance(static, (staticmethod, classmethod)) else static
     if isinstance(static, classmethod):  # `Cls.name` makes a new bound method each time
         source = AttrSource(source, "__func__")
@@ -143,6 +147,32 @@ def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source
             and instance_dict_of(obj_vt.real_object()) is not None and not is_data_descriptor(static)):
         tx.output.add_guard(Guard(AttrSource(obj_vt.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
     return source
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict Python code can change
+
+
+def guard_class_lacks(tx, cls: type, cls_source: Optional[Source], name: str) -> None:
+    """Guard that no class along `cls.__mro__` defines `name` (one assigned there later is found)."""
+    if cls_source is None:
+        return
+    mro_source = AttrSource(cls_source, "__mro__")
+    for index, base in enumerate(type.__dict__["__mro__"].__get__(cls)):
+        if base.__flags__ & _HEAP_TYPE:
+            tx.output.add_guard(Guard(AttrSource(GetItemSource(mro_source, index), "__dict__"),
+                                      GuardKind.DICT_CONTAINS, (name, False)))
+
+
+def _class_dict_source(tx, cls: type, cls_source: Source, name: str) -> Source:
+    """`name` in the __dict__ of the first class along `cls.__mro__` that holds it (the classes before
+    it guarded not to): a read that calls no descriptor."""
+    mro = type.__dict__["__mro__"].__get__(cls)
+    index = next(i for i, base in enumerate(mro) if name in base.__dict__)
+    mro_source = AttrSource(cls_source, "__mro__")
+    for before in range(index):
+        tx.output.add_guard(Guard(AttrSource(GetItemSource(mro_source, before), "__dict__"), GuardKind.DICT_CONTAINS,
+                                  (name, False)))
+    return GetItemSource(AttrSource(GetItemSource(mro_source, index), "__dict__"), name)
 
 
 # Methods of `object` that traced code may call on a user object (through super() or the class):
@@ -166,7 +196,7 @@ def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
     static = class_attribute(cls, name)
     if static is MISSING or not is_data_descriptor(static) or isinstance(static, types.MemberDescriptorType):
         return False
-    guarded = functools.partial(_guard_class_lookup, tx, obj, _class_source(obj), name, static, False)
+    guarded = functools.partial(_guard_class_lookup, tx, obj, _class_source(obj), name, static, False, cls)
     args = [obj] if value is None else [obj, value]
     if type(static) is property:
         field = "fdel" if value is None else "fset"
@@ -185,7 +215,7 @@ def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
 
 
 def has_python_getattribute(cls: type) -> bool:
-    return isinstance(getattr_static(cls, "__getattribute__"), types.FunctionType)
+    return isinstance(class_attribute(cls, "__getattribute__"), types.FunctionType)
 
 
 def get_attribute(tx, obj: VariableTracker, cls: type, name: str) -> VariableTracker:
@@ -365,6 +395,7 @@ class UserDefinedObjectVariable(VariableTracker):
                 # guards read where this lookup found the value, not through the class's own lookup again
                 attr_source = AttrSource(AttrSource(self.source, "__class__"), name)
             return lookup_class_attribute(tx, self, cls, name, attr_source)
+        guard_class_lacks(tx, cls, _class_source(self), name)
         attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
 
     def instance_dict(self, tx) -> ConstDictVariable:
@@ -582,6 +613,7 @@ class NewObjectVariable(VariableTracker):
             return self.attrs[name]
         if static is not MISSING:
             return lookup_class_attribute(tx, self, self.cls, name, None)
+        guard_class_lacks(tx, self.cls, self.cls_source, name)
         attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
 
     def generic_delattr(self, tx, name: str) -> None:
