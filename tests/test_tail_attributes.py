@@ -378,6 +378,24 @@ def namedtuple_subclass_attribute_break_between(x):
     return n.extra + n.a
 
 
+def _nt_with_attribute():
+    n = NT(rand(3), 2)
+    n.extra = 7
+    return rand(3), n
+
+
+@CASES.case(_nt_with_attribute)
+def namedtuple_subclass_existing_returned(x, n):
+    return x * n.b, n
+
+
+@CASES.case(_nt_with_attribute)
+def namedtuple_subclass_existing_break_then_read(x, n):
+    y = x * n.b
+    brk()
+    return y + n.extra, n
+
+
 @CASES.case(x3)
 def instance_dict_write_then_attribute_read(x):
     p = Prop()
