@@ -15,6 +15,7 @@ from ..exc import AttributeMissing, attribute_missing, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
 from ..module_lookup import MISSING, class_attribute, getattr_static, is_data_descriptor
+from ..skip_policy import is_user_function
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -149,7 +150,7 @@ def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source
     return source
 
 
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict Python code can change
+HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict Python code can change
 
 
 def guard_class_lacks(tx, cls: type, cls_source: Optional[Source], name: str) -> None:
@@ -158,7 +159,7 @@ def guard_class_lacks(tx, cls: type, cls_source: Optional[Source], name: str) ->
         return
     mro_source = AttrSource(cls_source, "__mro__")
     for index, base in enumerate(type.__dict__["__mro__"].__get__(cls)):
-        if base.__flags__ & _HEAP_TYPE:
+        if base.__flags__ & HEAP_TYPE:
             tx.output.add_guard(Guard(AttrSource(GetItemSource(mro_source, index), "__dict__"),
                                       GuardKind.DICT_CONTAINS, (name, False)))
 
@@ -524,6 +525,53 @@ def _call_python_setattr(tx, obj: VariableTracker, cls: type, name: str, value: 
     return True
 
 
+def type_call(tx, cls_vt: "UserDefinedClassVariable", args: List[VariableTracker],
+              kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """type.__call__(cls, *args, **kwargs), as CPython's type_call: `cls.__new__` (traced where
+    written in Python), then, where it made an instance of `cls`, its __init__."""
+    cls = cls_vt.cls
+    new = class_attribute(cls, "__new__")
+    new = new.__func__ if isinstance(new, staticmethod) else new
+    if new is (mapping_base(cls) or object).__new__:
+        obj = NewObjectVariable(cls, cls_vt.source)
+        obj.run_init(tx, args, kwargs, own_new=False)
+        return obj
+    if not (isinstance(new, types.FunctionType) and is_user_function(new)):
+        return _untraced_construction(cls, args, kwargs)
+    made = lookup_class_attribute(tx, cls_vt, cls, "__new__", None, cls_vt.source, implicit=True).call_function(
+        tx, [cls_vt, *args], kwargs)
+    if isinstance(made, NewObjectVariable) and issubclass(made.cls, cls):
+        made.run_init(tx, args, kwargs, own_new=True)
+    elif isinstance(made.python_type(), type) and issubclass(made.python_type(), cls):
+        unimplemented(f"{cls.__qualname__}.__new__ returned a {made.describe()}, whose __init__ is not traced")
+    return made
+
+
+def _untraced_construction(cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """`cls(...)` left to generated code (a builtin base's __new__, a library's metaclass): exact only
+    where none of the user's own code runs in it (it would run later, out of order)."""
+    for name in ("__new__", "__init__"):
+        method = class_attribute(cls, name)
+        method = getattr(method, "__func__", method)
+        if isinstance(method, types.FunctionType) and is_user_function(method):
+            unimplemented(f"constructing a {cls.__qualname__}, whose {name} is not traced")
+    return ConstructedObjectVariable(cls, args, kwargs)
+
+
+class TypeCallVariable(VariableTracker):
+    """`type.__call__` bound to a class, as a metaclass's __call__ reaches it through super()."""
+
+    def __init__(self, cls_vt: "UserDefinedClassVariable") -> None:
+        super().__init__()
+        self.cls_vt = cls_vt
+
+    def describe(self) -> str:
+        return f"type.__call__ of {self.cls_vt.describe()}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        return type_call(tx, self.cls_vt, args, kwargs)
+
+
 def rebuild_object(cls: type, attrs: Dict[str, Any], items: Optional[Dict[Any, Any]] = None) -> Any:
     """Recreate, in generated code, an object that the traced code constructed (with its items, for
     a dict subclass)."""
@@ -556,21 +604,33 @@ class NewObjectVariable(VariableTracker):
     @staticmethod
     def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
                cls_source: Optional[Source] = None) -> VariableTracker:
+        """`cls(*args, **kwargs)`: the metaclass's __call__ where the user wrote one (traced), else
+        type.__call__'s steps."""
+        meta_call = class_attribute(type(cls), "__call__")
+        cls_vt = UserDefinedClassVariable(cls, cls_source)
+        if meta_call is type.__call__:
+            return type_call(tx, cls_vt, args, kwargs)
+        if isinstance(meta_call, types.FunctionType) and is_user_function(meta_call):
+            meta_source = cls_source and AttrSource(cls_source, "__class__")
+            call = lookup_class_attribute(tx, cls_vt, type(cls), "__call__", None, meta_source, implicit=True)
+            return call.call_function(tx, args, kwargs)
+        return _untraced_construction(cls, args, kwargs)
+
+    def run_init(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker], own_new: bool) -> None:
+        """The __init__ step of type.__call__ on this new instance; `own_new`: its class defines
+        __new__ (object.__init__ then accepts the arguments)."""
+        cls = self.cls
         base = mapping_base(cls)
-        if type(cls).__call__ is not type.__call__ or cls.__new__ is not (base or object).__new__:
-            return ConstructedObjectVariable(cls, args, kwargs)
-        obj = NewObjectVariable(cls, cls_source)
-        init = getattr_static(cls, "__init__")
+        init = class_attribute(cls, "__init__")
         if init is object.__init__:
-            if args or kwargs:
+            if (args or kwargs) and not own_new:
                 unimplemented(f"{cls.__qualname__}() takes no arguments")
         elif isinstance(init, types.FunctionType):
-            lookup_class_attribute(tx, obj, cls, "__init__", None, implicit=True).call_function(tx, args, kwargs)
+            lookup_class_attribute(tx, self, cls, "__init__", None, implicit=True).call_function(tx, args, kwargs)
         elif base is not None and init is base.__init__:
-            obj.storage.call_method(tx, "__init__", args, kwargs)
+            self.storage.call_method(tx, "__init__", args, kwargs)
         else:
             unimplemented(f"{cls.__qualname__}.__init__ is not a Python function")
-        return obj
 
     has_identity = True
 
@@ -725,7 +785,8 @@ class SuperVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         # super(C, cls) in a classmethod looks up cls's MRO and binds as a class lookup does
-        of_class = isinstance(self.obj, UserDefinedClassVariable)
+        # super(C, cls) of a classmethod starts from cls; a metaclass's method, from type(cls)
+        of_class = isinstance(self.obj, UserDefinedClassVariable) and issubclass(self.obj.cls, self.cls)
         start = self.obj.cls if of_class else self.obj.python_type()
         mro = start.__mro__
         for index in range(mro.index(self.cls) + 1, len(mro)):
@@ -734,7 +795,10 @@ class SuperVariable(VariableTracker):
                 static = vars(klass)[name]
                 if (static is object.__init__ or static is object.__setattr__) and not of_class:
                     return PartialVariable(tx.wrap(static), [self.obj], {})
-                type_source = _class_source(self.obj)
+                if static is type.__call__ and isinstance(self.obj, UserDefinedClassVariable):
+                    return TypeCallVariable(self.obj)
+                type_source = _class_source(self.obj) if of_class or not isinstance(self.obj, UserDefinedClassVariable) \
+                    else self.obj.source and AttrSource(self.obj.source, "__class__")
                 klass_source = type_source and GetItemSource(AttrSource(type_source, "__mro__"), index)
                 if isinstance(static, classmethod):  # bound to the class the lookup started from
                     owner = self.obj if of_class else UserDefinedClassVariable(start, type_source)
