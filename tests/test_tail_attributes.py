@@ -415,6 +415,63 @@ def attribute_write_then_instance_dict_read_existing(x, p):
     return x * p.__dict__["_v"], dict(vars(p))
 
 
+class MetaProperty(type):
+    @property
+    def scale(cls):
+        LOG.append("meta property")
+        return cls.base * 3
+
+    @scale.setter
+    def scale(cls, value):
+        LOG.append("meta setter")
+        cls.base = value
+
+    def tag(cls):
+        LOG.append("tag")
+        return cls.base + 1
+
+
+class WithMetaProperty(metaclass=MetaProperty):
+    base = 2
+    scale = "shadowed by the metaclass's data descriptor"
+
+
+class OnClass:
+    """A descriptor read from the class too (its __get__ gets None)."""
+
+    def __get__(self, obj, owner):
+        LOG.append("on class" if obj is None else "on instance")
+        return 7 if obj is None else 8
+
+
+class HoldsOnClass:
+    c = OnClass()
+
+
+class SubOfHoldsOnClass(HoldsOnClass):
+    pass
+
+
+@CASES.case(x3, global_names=("LOG",))
+def metaclass_property_read_twice(x):
+    return x * WithMetaProperty.scale + WithMetaProperty.scale, list(LOG)
+
+
+@CASES.case(x3, global_names=("LOG",))
+def metaclass_method_bound_to_class(x):
+    return x * WithMetaProperty.tag(), list(LOG)
+
+
+@CASES.case(x3, global_names=("LOG",))
+def class_level_descriptor_on_base(x):
+    return x * SubOfHoldsOnClass.c, x * SubOfHoldsOnClass().c, x * HoldsOnClass.c, list(LOG)
+
+
+@CASES.case(x3)
+def class_missing_attribute_raises(x):
+    return x * HoldsOnClass.nothing_here
+
+
 class Meta(type):
     def __call__(cls, *args):
         LOG.append("meta before")

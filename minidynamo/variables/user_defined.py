@@ -119,6 +119,15 @@ def _descriptor_method(tx, static: Any, guarded: Callable[[], Optional[Source]],
     return UserMethodVariable(method, tx.wrap(static, source), method_source)
 
 
+def _user_code_on_read(static: Any) -> bool:
+    """Whether reading `static` through its owner runs the user's own Python code: a property's
+    getter, a descriptor's __get__ (a library's, enum's, runs no user code: read as it is)."""
+    if static is MISSING:
+        return False
+    function = static.fget if isinstance(static, property) else class_attribute(type(static), "__get__")
+    return isinstance(function, types.FunctionType) and is_user_function(function)
+
+
 def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
     """How guards reach the class whose attributes `obj_vt` looks up."""
     if isinstance(obj_vt, UserDefinedClassVariable):
@@ -312,7 +321,27 @@ class UserDefinedClassVariable(VariableTracker):
         return self.cls
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        static = getattr_static(self.cls, name, None)
+        """`cls.name`, as CPython's type_getattro: a data descriptor of the metaclass (a property)
+        first, then the class's MRO (a Python descriptor's __get__(None, cls) traced), then the
+        metaclass's other attributes (its methods bound to the class)."""
+        meta = type(self.cls)
+        meta_static = class_attribute(meta, name)
+        meta_source = self.source and AttrSource(self.source, "__class__")
+        static = class_attribute(self.cls, name)
+        if _user_code_on_read(meta_static) and (static is MISSING or is_data_descriptor(meta_static)) or (
+                static is MISSING and isinstance(meta_static, types.FunctionType)):
+            return lookup_class_attribute(tx, self, meta, name, None, meta_source, implicit=True)
+        if static is MISSING and meta_static is MISSING:
+            if class_attribute(meta, "__getattr__") is not MISSING:
+                unimplemented(f"the metaclass {meta.__qualname__}'s __getattr__")
+            guard_class_lacks(tx, self.cls, self.source, name)
+            guard_class_lacks(tx, meta, meta_source, name)
+            attribute_missing(f"type object '{self.cls.__qualname__}' has no attribute '{name}'")
+        if _user_code_on_read(static) and not isinstance(static, property):
+            source = _guard_class_lookup(tx, self, self.source, name, static, True, self.cls)
+            getter = UserMethodVariable(class_attribute(type(static), "__get__"), tx.wrap(static, source))
+            return getter.call_function(tx, [ConstantVariable(None), self], {})
+        static = meta_static if static is MISSING else static
         if static is object.__setattr__ or static is object.__init__:
             return tx.wrap(static)
         if isinstance(static, (staticmethod, classmethod)):
