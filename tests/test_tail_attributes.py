@@ -344,6 +344,29 @@ def slots_store_made_here(x):
     return x * s.b + s.a, s.a
 
 
+class SlottedFallback:
+    __slots__ = ("a",)
+
+    def __getattr__(self, name):
+        LOG.append(name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return -1
+
+
+SLOTTED_FALLBACK = SlottedFallback()
+
+
+@CASES.case(x3, global_names=("LOG",))
+def empty_slot_falls_back_to_getattr(x):
+    return x * SLOTTED_FALLBACK.a, list(LOG)
+
+
+@CASES.case(existing(Slotted))
+def empty_slot_read_raises(x, s):
+    return x * s.b
+
+
 @CASES.case(existing(Methods))
 def classmethod_staticmethod_on_instance(x, m):
     return m.cm(x), m.sm(x), Methods.cm(x), Methods.sm(x)

@@ -15,7 +15,8 @@ from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
 from .named_tuple import NamedTupleVariable
-from .user_defined import HEAP_TYPE, NewObjectVariable, UserDefinedClassVariable, UserDefinedObjectVariable
+from .user_defined import (HEAP_TYPE, NewObjectVariable, UserDefinedClassVariable, UserDefinedObjectVariable,
+                           slot_is_filled)
 
 _fake_ids = itertools.count(-1, -1)  # real ids are addresses, never negative
 
@@ -125,9 +126,9 @@ def _holds_slot(tx, obj: VariableTracker, name: str) -> bool:
     """Whether a __slots__ slot of `obj` is filled (read with its guard for an existing object)."""
     if isinstance(obj, NewObjectVariable):
         return name in obj.attrs
-    present = hasattr(obj.real_object(), name)
-    tx.output.add_guard(Guard(obj.source, GuardKind.HASATTR, (name, present)))
-    return present
+    if not isinstance(obj, UserDefinedObjectVariable):
+        unimplemented(f"the __slots__ of {obj.describe()}")
+    return slot_is_filled(tx, obj, name)
 
 
 # object's methods (and object.__new__) -> their traced form, called with the object first

@@ -14,7 +14,7 @@ from torch.distributions.utils import lazy_property
 from ..exc import AttributeMissing, attribute_missing, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
-from ..module_lookup import MISSING, class_attribute, getattr_static, is_data_descriptor
+from ..module_lookup import MISSING, class_attribute, getattr_static, instance_dict_of, is_data_descriptor
 from ..skip_policy import is_user_function
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
@@ -189,12 +189,6 @@ def _class_dict_source(tx, cls: type, cls_source: Source, name: str) -> Source:
 # run on its tracker by the builtin that stands for each (see object_protocol.py).
 OBJECT_METHODS = (object.__getattribute__, object.__setattr__, object.__delattr__, object.__reduce_ex__,
                   object.__init__)
-
-
-def instance_dict_of(obj: Any) -> Optional[dict]:
-    """The __dict__ of `obj`, read without running code of its class (None where it has none)."""
-    descriptor = class_attribute(type(obj), "__dict__")
-    return descriptor.__get__(obj) if isinstance(descriptor, types.GetSetDescriptorType) else None
 
 
 def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
@@ -471,13 +465,9 @@ class UserDefinedObjectVariable(VariableTracker):
         pending = tx.output.side_effects.pending_attr(self.obj, name)
         if pending is not None:
             return pending
-        try:
-            value = static.__get__(self.obj, type(self.obj))
-        except AttributeError:
-            if self.source is not None:
-                tx.output.add_guard(Guard(self.source, GuardKind.HASATTR, (name, False)))
+        if isinstance(static, types.MemberDescriptorType) and not slot_is_filled(tx, self, name):
             attribute_missing(f"{type(self.obj).__qualname__} object has no attribute '{name}'")
-        return tx.wrap(value, self.source and AttrSource(self.source, name))
+        return tx.wrap(static.__get__(self.obj, type(self.obj)), self.source and AttrSource(self.source, name))
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
@@ -599,6 +589,23 @@ class TypeCallVariable(VariableTracker):
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         return type_call(tx, self.cls_vt, args, kwargs)
+
+
+def slot_is_filled(tx, obj: UserDefinedObjectVariable, name: str) -> bool:
+    """Whether the C-level field `name` (a __slots__ slot) of an existing object holds a value,
+    read through its descriptor and guarded (by hasattr, which runs no user code only where the
+    class has no __getattr__ nor Python __getattribute__)."""
+    cls = type(obj.obj)
+    try:
+        class_attribute(cls, name).__get__(obj.obj, cls)
+        present = True
+    except AttributeError:
+        present = False
+    if obj.source is not None:
+        if class_attribute(cls, "__getattr__") is not MISSING or has_python_getattribute(cls):
+            unimplemented(f"whether the slot '{name}' of {obj.describe()} is filled (its class's own lookup would tell)")
+        tx.output.add_guard(Guard(obj.source, GuardKind.HASATTR, (name, present)))
+    return present
 
 
 def rebuild_object(cls: type, attrs: Dict[str, Any], items: Optional[Dict[Any, Any]] = None) -> Any:
