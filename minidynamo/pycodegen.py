@@ -23,6 +23,9 @@ class Reconstructible(Protocol):
     def reconstruct(self, codegen: "PyCodegen") -> None:
         ...
 
+    def subvalues(self) -> List["Reconstructible"]:
+        ...
+
 
 class PyCodegen:
     def __init__(self, code: types.CodeType) -> None:
@@ -137,6 +140,12 @@ class PyCodegen:
                 return
             name = f"___built{len(self.built)}"
             self.built[id(value)] = (name, value)
+            if hasattr(value, "reconstruct_filling") and _holds_itself(value):
+                value.reconstruct_empty(self)  # stored first, then filled: its items may refer to it
+                self.instructions.append(pyversion.dup_top())
+                self.append("STORE_FAST", name)
+                value.reconstruct_filling(self, name)
+                return
             self.building.add(id(value))
             value.reconstruct(self)
             self.building.discard(id(value))
@@ -144,3 +153,17 @@ class PyCodegen:
             self.append("STORE_FAST", name)
             return
         value.reconstruct(self)
+
+
+def _holds_itself(value: Reconstructible) -> bool:
+    """Whether `value` is reached again through the values it holds (a list that contains itself)."""
+    seen: Set[int] = set()
+    pending = list(value.subvalues())
+    while pending:
+        held = pending.pop()
+        if held is value:
+            return True
+        if id(held) not in seen:
+            seen.add(id(held))
+            pending.extend(held.subvalues())
+    return False

@@ -206,6 +206,26 @@ def property_deleter_made_here(x):
     return x * p.v
 
 
+@CASES.case(existing(Prop), existing(Prop, 4))
+def del_instance_attribute_existing(x, p):
+    p.extra = x
+    del p.extra
+    return x * p.v, hasattr(p, "extra"), getattr(p, "extra", None)
+
+
+@CASES.case(existing(Prop))
+def del_missing_attribute_raises(x, p):
+    del p.nothing
+    return x
+
+
+@CASES.case(existing(Prop))
+def delattr_builtin_then_break(x, p):
+    delattr(p, "_v")
+    brk()
+    return x + 1, hasattr(p, "_v"), p
+
+
 @CASES.case(x3)
 def property_without_setter_raises(x):
     class R:
@@ -550,6 +570,30 @@ def object_and_list_cycle(x):
     lst = [o]
     o.lst = lst
     return x + 1, lst
+
+
+@CASES.case(x3)
+def object_holding_itself(x):
+    o = Methods()
+    o.me = o
+    o.t = x + 1
+    return o, o.me is o
+
+
+@CASES.case(x3)
+def dict_containing_itself(x):
+    d = {"t": x + 1}
+    d["me"] = d
+    return d
+
+
+@CASES.case(x3)
+def list_cycle_across_break(x):
+    a = [x + 1]
+    b = [a]
+    a.append(b)
+    brk()
+    return a, b[0] is a
 
 
 @pytest.mark.parametrize("case", CASES.params())

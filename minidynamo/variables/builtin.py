@@ -443,11 +443,12 @@ class BuiltinVariable(VariableTracker):
         return obj[0].var_getattr(tx, "__dict__")
 
     def _call_delattr(self, tx, obj: VariableTracker, name: VariableTracker):
-        if not isinstance(obj, NewObjectVariable):
+        if not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
             return None
-        delete = getattr_static(obj.cls, "__delattr__")
+        cls = obj.python_type()
+        delete = getattr_static(cls, "__delattr__")
         if isinstance(delete, types.FunctionType):
-            method = lookup_class_attribute(tx, obj, obj.cls, "__delattr__", None, implicit=True)
+            method = lookup_class_attribute(tx, obj, cls, "__delattr__", None, implicit=True)
             return method.call_function(tx, [name], {})
         if delete is not object.__delattr__:
             return None

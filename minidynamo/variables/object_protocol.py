@@ -72,7 +72,7 @@ def _object_getattribute(tx, obj: VariableTracker, name: VariableTracker) -> Var
 
 
 def _object_delattr(tx, obj: VariableTracker, name: VariableTracker) -> VariableTracker:
-    if not isinstance(obj, NewObjectVariable):
+    if not _user_object(obj):
         unimplemented(f"object.__delattr__ on {obj.describe()}")
     obj.generic_delattr(tx, name.as_python_constant())
     return ConstantVariable(None)

@@ -611,10 +611,14 @@ def slot_is_filled(tx, obj: UserDefinedObjectVariable, name: str) -> bool:
 def rebuild_object(cls: type, attrs: Dict[str, Any], items: Optional[Dict[Any, Any]] = None) -> Any:
     """Recreate, in generated code, an object that the traced code constructed (with its items, for
     a dict subclass)."""
-    base = mapping_base(cls)
-    obj = (base or object).__new__(cls)
+    return fill_object((mapping_base(cls) or object).__new__(cls), attrs, items)
+
+
+def fill_object(obj: Any, attrs: Dict[str, Any], items: Optional[Dict[Any, Any]] = None) -> Any:
+    """Give an object rebuilt by generated code its attributes (and items)."""
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
+    base = mapping_base(type(obj))
     for key, value in (items or {}).items():
         base.__setitem__(obj, key, value)
     return obj
@@ -742,6 +746,22 @@ class NewObjectVariable(VariableTracker):
         if not is_slot and not self.cls.__dictoffset__:
             unimplemented(f"assigning '{name}' of a {self.cls.__qualname__}, which has no such slot (Python raises)")
         self.attrs[name] = value
+
+    def reconstruct_empty(self, codegen) -> None:
+        codegen.load_function(rebuild_object)
+        codegen.load_const(self.cls)
+        codegen.append("BUILD_MAP", 0)
+        codegen.call(2)
+
+    def reconstruct_filling(self, codegen, local: str) -> None:
+        """Fill the object built empty into `local` (its attributes may hold it)."""
+        codegen.load_function(fill_object)
+        codegen.append("LOAD_FAST", local)
+        codegen.reconstruct(ConstDictVariable(self.attrs))
+        if self.storage is not None:
+            codegen.reconstruct(ConstDictVariable(self.storage.items))
+        codegen.call(3 if self.storage is not None else 2)
+        codegen.append("POP_TOP")
 
     def reconstruct(self, codegen) -> None:
         codegen.load_function(rebuild_object)
