@@ -135,13 +135,13 @@ def existing(cls, *args):
 
 
 # -------------------------------------------------------------------- property setters and deleters
-@CASES.case(existing(Prop), existing(Prop, 5))
+@CASES.case(existing(Prop), existing(Prop, 5), graphs=1, breaks=0)
 def property_setter_existing(x, p):
     p.v = 3
     return x * p.v, p._v
 
 
-@CASES.case(x3)
+@CASES.case(x3, graphs=1, breaks=0)
 def property_setter_made_here(x):
     p = Prop()
     p.v = 3
@@ -193,7 +193,7 @@ def property_setattr_builtin(x, p):
     return x * getattr(p, "v")
 
 
-@CASES.case(existing(Prop))
+@CASES.case(existing(Prop), graphs=1, breaks=0)
 def property_deleter_existing(x, p):
     del p.v
     return x * p.v, p._v
@@ -206,7 +206,7 @@ def property_deleter_made_here(x):
     return x * p.v
 
 
-@CASES.case(existing(Prop), existing(Prop, 4))
+@CASES.case(existing(Prop), existing(Prop, 4), graphs=1, breaks=0)
 def del_instance_attribute_existing(x, p):
     p.extra = x
     del p.extra
@@ -238,13 +238,13 @@ def property_without_setter_raises(x):
 
 
 # ------------------------------------------------------------------------- data descriptors' __set__
-@CASES.case(existing(WithDesc), existing(WithDesc))
+@CASES.case(existing(WithDesc), existing(WithDesc), graphs=1, breaks=0)
 def descriptor_set_existing(x, c):
     c.d = x
     return c.d + 1, c.__dict__.get("_d")
 
 
-@CASES.case(x3)
+@CASES.case(x3, graphs=1, breaks=0)
 def descriptor_set_made_here(x):
     c = WithDesc()
     c.d = x
@@ -272,7 +272,7 @@ def descriptor_set_depth2(x, c):
     return c.d * 3, c
 
 
-@CASES.case(existing(WithDesc))
+@CASES.case(existing(WithDesc), graphs=1, breaks=0)
 def descriptor_delete_existing(x, c):
     c.d = x
     del c.d
@@ -310,12 +310,12 @@ def non_data_descriptor_made_here(x):
 
 
 # ---------------------------------------------------------------------------- __getattr__ fallback
-@CASES.case(existing(Fallback), global_names=("LOG",))
+@CASES.case(existing(Fallback), global_names=("LOG",), graphs=1, breaks=0)
 def getattr_fallback_existing_runs_once(x, o):
     return x * o.zz, x + o.real, list(LOG)
 
 
-@CASES.case(x3, global_names=("LOG",))
+@CASES.case(x3, global_names=("LOG",), graphs=1, breaks=0)
 def getattr_fallback_made_here(x):
     o = Fallback()
     return x * o.abc, list(LOG)
@@ -326,7 +326,7 @@ def property_attribute_error_falls_back(x, o):
     return x * o.broken, list(LOG)
 
 
-@CASES.case(existing(Fallback), global_names=("LOG",), reference_skip="torch._dynamo runs __getattr__ twice")
+@CASES.case(existing(Fallback), global_names=("LOG",), reference_skip="torch._dynamo runs __getattr__ twice", graphs=1, breaks=0)
 def hasattr_with_getattr_fallback(x, o):
     return x + 1, hasattr(o, "anything"), getattr(o, "qq", None), list(LOG)
 
@@ -344,13 +344,13 @@ class LoudFallback:
 GLOBAL_FALLBACK = LoudFallback()
 
 
-@CASES.case(x3, global_names=("LOG",))
+@CASES.case(x3, global_names=("LOG",), graphs=1, breaks=0)
 def getattr_fallback_global(x):
     return x * GLOBAL_FALLBACK.wxyz, list(LOG)
 
 
 # ---------------------------------------------------------------------- slots, class-level lookups
-@CASES.case(existing(Slotted))
+@CASES.case(existing(Slotted), graphs=1, breaks=0)
 def slots_store_existing(x, s):
     s.b = 4
     s.a = s.a + 1
@@ -406,7 +406,7 @@ def function_in_instance_dict_made_here(x):
 
 
 # ------------------------------------------------------------------ objects made in the frame
-@CASES.case(x3)
+@CASES.case(x3, graphs=0, breaks=0)
 def namedtuple_subclass_attribute_kept(x):
     n = NT(x, 1)
     n.extra = 5
@@ -446,7 +446,7 @@ def instance_dict_write_then_attribute_read(x):
     return x * p.v
 
 
-@CASES.case(existing(Prop))
+@CASES.case(existing(Prop), graphs=1, breaks=0)
 def instance_dict_write_then_attribute_read_existing(x, p):
     p.__dict__["_v"] = 6
     return x * p.v
@@ -495,7 +495,7 @@ class SubOfHoldsOnClass(HoldsOnClass):
     pass
 
 
-@CASES.case(x3, global_names=("LOG",))
+@CASES.case(x3, global_names=("LOG",), reference_skip="torch._dynamo runs the metaclass property while tracing")
 def metaclass_property_read_twice(x):
     return x * WithMetaProperty.scale + WithMetaProperty.scale, list(LOG)
 
@@ -505,7 +505,7 @@ def metaclass_method_bound_to_class(x):
     return x * WithMetaProperty.tag(), list(LOG)
 
 
-@CASES.case(x3, global_names=("LOG",))
+@CASES.case(x3, global_names=("LOG",), graphs=1, breaks=0)
 def class_level_descriptor_on_base(x):
     return x * SubOfHoldsOnClass.c, x * SubOfHoldsOnClass().c, x * HoldsOnClass.c, list(LOG)
 
@@ -541,7 +541,7 @@ class WithNew:
         self.v = v
 
 
-@CASES.case(x3, global_names=("LOG",), reference_skip="torch._dynamo skips the metaclass's __call__")
+@CASES.case(x3, global_names=("LOG",), reference_skip="torch._dynamo skips the metaclass's __call__", graphs=1, breaks=0)
 def metaclass_call_in_order(x):
     LOG.append("start")
     m = ByMeta(2)
@@ -549,7 +549,7 @@ def metaclass_call_in_order(x):
     return x * m.v
 
 
-@CASES.case(x3, global_names=("LOG",))
+@CASES.case(x3, global_names=("LOG",), graphs=1, breaks=0)
 def user_new_in_order(x):
     LOG.append("start")
     n = WithNew(3)
@@ -557,14 +557,14 @@ def user_new_in_order(x):
     return x * n.v + n.w, n, n
 
 
-@CASES.case(x3)
+@CASES.case(x3, graphs=1, breaks=0)
 def list_containing_itself(x):
     lst = [1]
     lst.append(lst)
     return x + 1, lst
 
 
-@CASES.case(x3)
+@CASES.case(x3, graphs=1, breaks=0)
 def object_and_list_cycle(x):
     o = Methods()
     lst = [o]
@@ -572,7 +572,7 @@ def object_and_list_cycle(x):
     return x + 1, lst
 
 
-@CASES.case(x3)
+@CASES.case(x3, graphs=1, breaks=0)
 def object_holding_itself(x):
     o = Methods()
     o.me = o
