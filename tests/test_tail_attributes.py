@@ -596,6 +596,54 @@ def list_cycle_across_break(x):
     return a, b[0] is a
 
 
+class Watched:
+    """A Python __getattribute__ that logs each lookup, then does the generic one."""
+
+    def __init__(self):
+        self.w = 2
+
+    def __getattribute__(self, name):
+        if not name.startswith("__"):
+            LOG.append(name)
+        return object.__getattribute__(self, name)
+
+    @property
+    def doubled(self):
+        return self.w * 2
+
+
+@CASES.case(existing(Watched), global_names=("LOG",))
+def getattribute_override_existing(x, o):
+    return x * o.w + o.doubled, hasattr(o, "nope"), list(LOG)
+
+
+@CASES.case(x3, global_names=("LOG",))
+def getattribute_override_made_here(x):
+    o = Watched()
+    return x * o.doubled, list(LOG)
+
+
+class NameLogger:
+    def __set_name__(self, owner, name):
+        LOG.append(f"set_name {owner.__name__}.{name}")
+
+    def __get__(self, obj, owner=None):
+        return 2 if obj is not None else self
+
+
+@CASES.case(x3, global_names=("LOG",))
+def set_name_runs_once_for_class_made_here(x):
+    class Local:
+        a = NameLogger()
+    return x * Local().a, list(LOG)
+
+
+@CASES.case(x3, global_names=("LOG",))
+def metaclass_property_setter_on_class(x):
+    WithMetaProperty.scale = 5
+    return x * WithMetaProperty.scale, WithMetaProperty.base, list(LOG)
+
+
 @pytest.mark.parametrize("case", CASES.params())
 def test_tail_attributes(case):
     LOG.clear()
