@@ -162,12 +162,13 @@ def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source
 HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict Python code can change
 
 
-def guard_class_lacks(tx, cls: type, cls_source: Optional[Source], name: str) -> None:
-    """Guard that no class along `cls.__mro__` defines `name` (one assigned there later is found)."""
+def guard_class_lacks(tx, cls: type, cls_source: Optional[Source], name: str, before: Optional[int] = None) -> None:
+    """Guard that no class along `cls.__mro__` (before index `before`) defines `name`: one assigned
+    there later is found. Builtin classes' dicts cannot change."""
     if cls_source is None:
         return
     mro_source = AttrSource(cls_source, "__mro__")
-    for index, base in enumerate(type.__dict__["__mro__"].__get__(cls)):
+    for index, base in enumerate(type.__dict__["__mro__"].__get__(cls)[:before]):
         if base.__flags__ & HEAP_TYPE:
             tx.output.add_guard(Guard(AttrSource(GetItemSource(mro_source, index), "__dict__"),
                                       GuardKind.DICT_CONTAINS, (name, False)))
@@ -176,13 +177,9 @@ def guard_class_lacks(tx, cls: type, cls_source: Optional[Source], name: str) ->
 def _class_dict_source(tx, cls: type, cls_source: Source, name: str) -> Source:
     """`name` in the __dict__ of the first class along `cls.__mro__` that holds it (the classes before
     it guarded not to): a read that calls no descriptor."""
-    mro = type.__dict__["__mro__"].__get__(cls)
-    index = next(i for i, base in enumerate(mro) if name in base.__dict__)
-    mro_source = AttrSource(cls_source, "__mro__")
-    for before in range(index):
-        tx.output.add_guard(Guard(AttrSource(GetItemSource(mro_source, before), "__dict__"), GuardKind.DICT_CONTAINS,
-                                  (name, False)))
-    return GetItemSource(AttrSource(GetItemSource(mro_source, index), "__dict__"), name)
+    index = next(i for i, base in enumerate(type.__dict__["__mro__"].__get__(cls)) if name in base.__dict__)
+    guard_class_lacks(tx, cls, cls_source, name, index)
+    return GetItemSource(AttrSource(GetItemSource(AttrSource(cls_source, "__mro__"), index), "__dict__"), name)
 
 
 # Methods of `object` that traced code may call on a user object (through super() or the class):
