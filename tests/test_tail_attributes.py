@@ -638,7 +638,7 @@ def set_name_runs_once_for_class_made_here(x):
     return x * Local().a, list(LOG)
 
 
-@CASES.case(x3, global_names=("LOG",))
+@CASES.case(x3, global_names=("LOG",), reference_skip="torch._dynamo skips the metaclass property's setter")
 def metaclass_property_setter_on_class(x):
     WithMetaProperty.scale = 5
     return x * WithMetaProperty.scale, WithMetaProperty.base, list(LOG)
