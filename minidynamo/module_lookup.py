@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import types
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -49,6 +50,12 @@ def _plain_metaclass(meta: type) -> bool:
     they are: inspect reads every base's __dict__ then."""
     return issubclass(meta, type) and all(
         type(m) is type and (m is type or "__dict__" not in _static_dict(m)) for m in _static_mro(meta))
+
+
+def instance_dict_of(obj: Any) -> Optional[dict]:
+    """The __dict__ of `obj`, read without running code of its class (None where it has none)."""
+    descriptor = class_attribute(type(obj), "__dict__")
+    return descriptor.__get__(obj) if isinstance(descriptor, types.GetSetDescriptorType) else None
 
 
 def is_data_descriptor(value: Any) -> bool:

@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Set,
 
 from . import pyversion
 from .bytecode_transformation import Element, Instr, closure_var
+from .exc import unimplemented
 
 _NO_ARG = object()
 
@@ -22,6 +23,9 @@ class Reconstructible(Protocol):
     def reconstruct(self, codegen: "PyCodegen") -> None:
         ...
 
+    def subvalues(self) -> List["Reconstructible"]:
+        ...
+
 
 class PyCodegen:
     def __init__(self, code: types.CodeType) -> None:
@@ -32,6 +36,7 @@ class PyCodegen:
         self.graph_output_var: Optional[str] = None
         # objects with identity built so far: id(tracker) -> (local holding it, tracker)
         self.built: Dict[int, Tuple[str, Reconstructible]] = {}
+        self.building: Set[int] = set()  # ids of those whose building code is being emitted
         # values read from their sources ahead of the side effects: id(tracker) -> (local, tracker)
         self.read_early: Dict[int, Tuple[str, Reconstructible]] = {}
         # sources read once into a local for a stretch of code (see hold_shared_bases): name -> local
@@ -129,12 +134,36 @@ class PyCodegen:
             return
         if value.has_identity and value.source is None:  # build once, then reuse the same object
             if id(value) in self.built:
+                if id(value) in self.building:  # its local is not set yet
+                    unimplemented(f"{value!r} made in the frame holds itself (a cycle generated code cannot build)")
                 self.append("LOAD_FAST", self.built[id(value)][0])
                 return
             name = f"___built{len(self.built)}"
             self.built[id(value)] = (name, value)
+            if hasattr(value, "reconstruct_filling") and _holds_itself(value):
+                value.reconstruct_empty(self)  # stored first, then filled: its items may refer to it
+                self.instructions.append(pyversion.dup_top())
+                self.append("STORE_FAST", name)
+                value.reconstruct_filling(self, name)
+                return
+            self.building.add(id(value))
             value.reconstruct(self)
+            self.building.discard(id(value))
             self.instructions.append(pyversion.dup_top())
             self.append("STORE_FAST", name)
             return
         value.reconstruct(self)
+
+
+def _holds_itself(value: Reconstructible) -> bool:
+    """Whether `value` is reached again through the values it holds (a list that contains itself)."""
+    seen: Set[int] = set()
+    pending = list(value.subvalues())
+    while pending:
+        held = pending.pop()
+        if held is value:
+            return True
+        if id(held) not in seen:
+            seen.add(id(held))
+            pending.extend(held.subvalues())
+    return False

@@ -21,6 +21,7 @@ import torch._dynamo.eval_frame
 import torch._dynamo.external_utils
 
 from . import _C
+from .module_lookup import instance_dict_of
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
@@ -59,12 +60,13 @@ def skip_reason(code: types.CodeType, f_globals: Optional[Dict[str, Any]] = None
 
 
 def _holds_tensors(value: Any, depth: int = 1) -> bool:
-    if isinstance(value, (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, np.ndarray)):  # arrays are traced as tensors
+    """Asked of the frame's values by their types and instance dicts only: no code of theirs runs."""
+    if issubclass(type(value), (torch.Tensor, torch.nn.Module, torch.optim.Optimizer, np.ndarray)):  # arrays are traced as tensors
         return True
     if depth > 0 and type(value) in (list, tuple, dict):
         items = value.values() if type(value) is dict else value
         return any(_holds_tensors(v, depth - 1) for v in items)
-    return depth > 0 and any(_holds_tensors(v, 0) for v in getattr(value, "__dict__", {}).values())
+    return depth > 0 and any(_holds_tensors(v, 0) for v in (instance_dict_of(value) or {}).values())
 
 
 def _may_use_tensors(frame: Any) -> bool:

@@ -284,7 +284,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         obj.store_attr(self, inst.arg, value)
 
     def DELETE_ATTR(self, inst: Instr) -> None:
-        unimplemented(f"deleting attribute '{inst.arg}'")
+        self.call_operator(delattr, self.pop(), ConstantVariable(inst.arg))
 
     def BINARY_SUBSCR(self, inst: Instr) -> None:
         index = self.pop()

@@ -159,7 +159,7 @@ def attr_new_attribute_print(box, x):
     return box.tensor
 
 
-@CASES.case(lambda: (Box(1), rand(2)), graphs=2, breaks=2)
+@CASES.case(lambda: (Box(1), rand(2)), graphs=2, breaks=1)
 def attr_del_print(box, x):
     box.extra = 3
     y = x + box.extra

@@ -35,7 +35,7 @@ from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSourc
 from .optimizer import OptimizerVariable, is_optimizer
 from .torch import (FunctorchFunctionVariable, TorchVariable, is_allowed_in_graph, is_functorch_function,
                     unconverted_wrapper)
-from .user_defined import OBJECT_METHODS, UserDefinedClassVariable, UserDefinedObjectVariable
+from .user_defined import OBJECT_METHODS, UserDefinedClassVariable, UserDefinedObjectVariable, has_python_getattribute
 
 # Builtin classes that behave like functions when called while tracing.
 _BUILTIN_TYPES = (int, float, bool, str, list, tuple, dict, set, frozenset, range, zip, enumerate, reversed,
@@ -101,10 +101,12 @@ class VariableBuilder:
         return self.by_structure and isinstance(value, torch.nn.Module)
 
     def wrap(self, value: Any) -> VariableTracker:
-        for wrap_kind in (self._wrap_data, self._wrap_torch_and_numpy, self._wrap_python_object):
-            tracker = wrap_kind(value)
-            if tracker is not None:
-                return tracker
+        # every probe below (isinstance reading `__class__` included) would run that lookup
+        if not _attribute_lookup_in_python(type(value)):
+            for wrap_kind in (self._wrap_data, self._wrap_torch_and_numpy, self._wrap_python_object):
+                tracker = wrap_kind(value)
+                if tracker is not None:
+                    return tracker
         self.guard(GuardKind.TYPE_MATCH, type(value))
         if is_optimizer(value):
             return OptimizerVariable(value, self.source)
@@ -182,7 +184,7 @@ class VariableBuilder:
         if is_function_transform(value):
             self.guard(GuardKind.ID_MATCH, value)
             return FunctionTransformVariable(value, source)
-        if is_functorch_function(value) and isinstance(value, types.FunctionType):
+        if isinstance(value, types.FunctionType) and is_functorch_function(value):
             VariableBuilder(tx, source and AttrSource(source, "__code__")).guard(GuardKind.ID_MATCH, value.__code__)
             return FunctorchFunctionVariable(value, source)
         if type(value) in _GRAD_MODE_TYPES:
@@ -284,6 +286,12 @@ class VariableBuilder:
             factory = VariableBuilder(tx, source and AttrSource(source, "default_factory"))(value.default_factory)
         items = {k: VariableBuilder(tx, source and GetItemSource(source, k))(v) for k, v in value.items()}
         return ConstDictVariable(items, type(value), source, factory)
+
+
+def _attribute_lookup_in_python(cls: type) -> bool:
+    """An object (not a tensor, not a module) whose class reads its attributes with a Python
+    __getattribute__: a user object to the trace, found without asking it anything."""
+    return has_python_getattribute(cls) and not issubclass(cls, (torch.Tensor, torch.nn.Module))
 
 
 def _traced_like_user_code(value: Any) -> bool:

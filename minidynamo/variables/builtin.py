@@ -34,7 +34,7 @@ from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 from .torch import read_setting
 from .user_defined import (ConstructedObjectVariable, NewObjectVariable, SuperVariable, UserDefinedClassVariable,
-                           UserDefinedObjectVariable, has_python_getattribute, lookup_class_attribute)
+                           UserDefinedObjectVariable, lookup_class_attribute)
 
 # Functions that may be evaluated on constant arguments while tracing.
 _FOLDABLE = {
@@ -442,11 +442,12 @@ class BuiltinVariable(VariableTracker):
         return obj[0].var_getattr(tx, "__dict__")
 
     def _call_delattr(self, tx, obj: VariableTracker, name: VariableTracker):
-        if not isinstance(obj, NewObjectVariable):
+        if not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
             return None
-        delete = getattr_static(obj.cls, "__delattr__")
+        cls = obj.python_type()
+        delete = getattr_static(cls, "__delattr__")
         if isinstance(delete, types.FunctionType):
-            method = lookup_class_attribute(tx, obj, obj.cls, "__delattr__", None, implicit=True)
+            method = lookup_class_attribute(tx, obj, cls, "__delattr__", None, implicit=True)
             return method.call_function(tx, [name], {})
         if delete is not object.__delattr__:
             return None
@@ -650,9 +651,10 @@ def _eq_is_identity(a: VariableTracker, b: VariableTracker) -> bool:
 
 
 def _lookup_is_traced(obj: VariableTracker) -> bool:
-    """Whether reading an attribute of `obj` traces its class's Python __getattribute__ (hasattr and
-    getattr with a default then ask that lookup, and catch the AttributeError it ends in)."""
-    return isinstance(obj, NewObjectVariable) and has_python_getattribute(obj.cls)
+    """Whether reading an attribute of `obj` traces Python's lookup (the class's __getattribute__,
+    descriptors, __getattr__): hasattr and getattr with a default then ask that lookup, and catch
+    the AttributeError it ends in, so that no user code runs while tracing, nor in the guards."""
+    return isinstance(obj, (NewObjectVariable, UserDefinedObjectVariable))
 
 
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:

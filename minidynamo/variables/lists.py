@@ -86,6 +86,18 @@ class ListVariable(BaseListVariable):
     python_cls = list
     has_identity = True
 
+    def reconstruct_empty(self, codegen) -> None:
+        codegen.append("BUILD_LIST", 0)
+
+    def reconstruct_filling(self, codegen, local: str) -> None:
+        """Fill the list built empty into `local` (its items may hold it: see PyCodegen.reconstruct)."""
+        codegen.append("LOAD_FAST", local)
+        for item in self.items:
+            codegen.reconstruct(item)
+        codegen.append("BUILD_TUPLE", len(self.items))
+        codegen.append("LIST_EXTEND", 1)
+        codegen.append("POP_TOP")
+
     def _check_mutable(self, tx) -> None:
         if self.source is not None:
             tx.output.side_effects.mutate_container(self)

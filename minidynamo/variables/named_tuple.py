@@ -5,7 +5,9 @@ import inspect
 import types
 from typing import Any, Dict, List, Optional
 
+from ..exc import unimplemented
 from ..guards import Guard, GuardKind
+from ..module_lookup import class_attribute, is_data_descriptor
 from ..source import AttrSource
 from .base import VariableTracker
 from .dicts import ConstDictVariable
@@ -19,6 +21,15 @@ class NamedTupleVariable(TupleVariable):
     def __init__(self, items: List[VariableTracker], tuple_cls: type, source=None) -> None:
         super().__init__(items, source)
         self.tuple_cls = tuple_cls
+        # the attributes of one made in the frame whose class gives its instances a __dict__
+        self.instance_dict = ConstDictVariable({}) if source is None and tuple_cls.__dictoffset__ else None
+
+    @property
+    def has_identity(self) -> bool:  # its attributes are those of one object
+        return self.instance_dict is not None
+
+    def subvalues(self) -> List[VariableTracker]:
+        return super().subvalues() + ([self.instance_dict] if self.instance_dict is not None else [])
 
     def python_type(self) -> type:
         return self.tuple_cls
@@ -54,9 +65,22 @@ class NamedTupleVariable(TupleVariable):
             index = _structseq_index(self.tuple_cls, name)
             if index is not None:
                 return self.items[index]
+        if self.instance_dict is not None:
+            if name == "__dict__":
+                return self.instance_dict
+            if name in self.instance_dict.items and not is_data_descriptor(class_attribute(self.tuple_cls, name)):
+                return self.instance_dict.items[name]
         if names:
             return self._class_attribute(tx, name)
         return super().var_getattr(tx, name)
+
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        """An attribute of a namedtuple subclass's instance made in the frame: kept in its __dict__."""
+        cls = self.tuple_cls
+        if self.instance_dict is None or cls.__setattr__ is not object.__setattr__ or \
+                is_data_descriptor(class_attribute(cls, name)):
+            unimplemented(f"assigning attribute '{name}' of {self.describe()}")
+        self.instance_dict.items[name] = value
 
     def _class_attribute(self, tx, name: str) -> VariableTracker:
         """A method, property or constant (`_fields`) defined on a namedtuple class."""
@@ -77,9 +101,25 @@ class NamedTupleVariable(TupleVariable):
         return super().var_getattr(tx, name)
 
     def reconstruct(self, codegen) -> None:
+        if self.source is not None and self.tuple_cls.__dictoffset__:  # the same object, its attributes kept
+            self.source.reconstruct(codegen)
+            return
+        attributes = self.instance_dict is not None and self.instance_dict.items
+        if attributes:
+            codegen.load_function(_with_attributes)
         codegen.load_function(getattr(self.tuple_cls, "_make", self.tuple_cls))
         TupleVariable(self.items).reconstruct(codegen)
         codegen.call(1)
+        if attributes:
+            codegen.reconstruct(self.instance_dict)
+            codegen.call(2)
+
+
+def _with_attributes(obj: Any, attributes: Dict[str, Any]) -> Any:
+    """`obj` (a tuple made by generated code) with the attributes the trace gave it."""
+    for name, value in attributes.items():
+        object.__setattr__(obj, name, value)
+    return obj
 
 
 def _structseq_index(cls: type, name: str) -> Optional[int]:

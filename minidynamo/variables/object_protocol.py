@@ -15,7 +15,8 @@ from .constant import ConstantVariable
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
 from .named_tuple import NamedTupleVariable
-from .user_defined import (NewObjectVariable, UserDefinedClassVariable, UserDefinedObjectVariable, mapping_base)
+from .user_defined import (HEAP_TYPE, NewObjectVariable, UserDefinedClassVariable, UserDefinedObjectVariable,
+                           slot_is_filled)
 
 _fake_ids = itertools.count(-1, -1)  # real ids are addresses, never negative
 
@@ -53,9 +54,15 @@ def _object_new(tx, cls: VariableTracker, *args: VariableTracker) -> VariableTra
     if not isinstance(cls, UserDefinedClassVariable) or args:
         unimplemented("object.__new__ of something other than a plain user class")
     klass = cls.cls
-    if klass.__new__ is not object.__new__ or mapping_base(klass) is not None or getattr(klass, "__abstractmethods__", None):
+    if _layout_base(klass) is not object or getattr(klass, "__abstractmethods__", None):
         unimplemented(f"object.__new__({klass.__qualname__}), which Python rejects or builds otherwise")
     return NewObjectVariable(klass, cls.source)
+
+
+def _layout_base(cls: type) -> type:
+    """The first builtin class along `cls.__mro__`: `object` where object.__new__ can make a `cls`
+    (a class with a builtin base, dict or int, needs that base's __new__)."""
+    return next(base for base in cls.__mro__ if not base.__flags__ & HEAP_TYPE)
 
 
 def _object_getattribute(tx, obj: VariableTracker, name: VariableTracker) -> VariableTracker:
@@ -65,7 +72,7 @@ def _object_getattribute(tx, obj: VariableTracker, name: VariableTracker) -> Var
 
 
 def _object_delattr(tx, obj: VariableTracker, name: VariableTracker) -> VariableTracker:
-    if not isinstance(obj, NewObjectVariable):
+    if not _user_object(obj):
         unimplemented(f"object.__delattr__ on {obj.describe()}")
     obj.generic_delattr(tx, name.as_python_constant())
     return ConstantVariable(None)
@@ -119,9 +126,9 @@ def _holds_slot(tx, obj: VariableTracker, name: str) -> bool:
     """Whether a __slots__ slot of `obj` is filled (read with its guard for an existing object)."""
     if isinstance(obj, NewObjectVariable):
         return name in obj.attrs
-    present = hasattr(obj.real_object(), name)
-    tx.output.add_guard(Guard(obj.source, GuardKind.HASATTR, (name, present)))
-    return present
+    if not isinstance(obj, UserDefinedObjectVariable):
+        unimplemented(f"the __slots__ of {obj.describe()}")
+    return slot_is_filled(tx, obj, name)
 
 
 # object's methods (and object.__new__) -> their traced form, called with the object first

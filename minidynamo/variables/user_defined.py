@@ -7,14 +7,15 @@ import dataclasses
 import enum
 import functools
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch.distributions.utils import lazy_property
 
 from ..exc import AttributeMissing, attribute_missing, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
-from ..module_lookup import getattr_static
+from ..module_lookup import MISSING, class_attribute, getattr_static, instance_dict_of, is_data_descriptor
+from ..skip_policy import is_user_function
 from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
@@ -44,15 +45,19 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     """What `obj.name` gives when `name` is found on the class (methods, properties, descriptors).
     `cls_source` reaches `cls` for guards (by default: the class of `obj_vt`); `implicit`: a lookup
     that skips the instance's __dict__ (special methods, super())."""
-    static = getattr_static(cls, name)
+    static = class_attribute(cls, name)
+    if static is MISSING:
+        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
     if cls_source is None:
         cls_source = _class_source(obj_vt)
-    guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit)
+    guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit, cls)
     if isinstance(static, staticmethod):
         return tx.wrap(static.__func__, guarded())
     if isinstance(static, classmethod):
         return UserMethodVariable(static.__func__, UserDefinedClassVariable(cls, cls_source), guarded())
-    if isinstance(static, property):
+    if type(static) is property:
+        if static.fget is None:
+            attribute_missing(f"property '{name}' of '{cls.__qualname__}' object has no getter")
         if not isinstance(static.fget, types.FunctionType):
             unimplemented(f"property {name} with a non-Python getter")
         prop_source = guarded()
@@ -82,8 +87,9 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     if owner in READ_ONLY_METHODS and name in READ_ONLY_METHODS[owner]:
         guarded()
         return BuiltinMethodVariable(obj_vt, owner, name)
-    if hasattr(type(static), "__get__"):
-        unimplemented(f"attribute '{name}' is a {type(static).__name__} descriptor")
+    getter = _descriptor_method(tx, static, guarded, "__get__")
+    if getter is not None:  # a descriptor written in Python: its __get__(instance, owner) traced
+        return getter.call_function(tx, [obj_vt, UserDefinedClassVariable(cls, cls_source)], {})
     return tx.wrap(static, attr_source)
 
 
@@ -97,6 +103,31 @@ def _cached_property_function(static: Any) -> Optional[Tuple[types.FunctionType,
     return None
 
 
+def _descriptor_method(tx, static: Any, guarded: Callable[[], Optional[Source]], name: str) -> Optional[VariableTracker]:
+    """`type(static).name` (`__get__`, `__set__`, `__delete__`) bound to the descriptor `static`,
+    where the descriptor's class defines it in Python; None where it does not define it at all.
+    `guarded()` guards the class lookup that found `static` and gives its source."""
+    method = class_attribute(type(static), name)
+    if method is MISSING:
+        return None
+    if not isinstance(method, types.FunctionType):
+        unimplemented(f"a {type(static).__name__} descriptor's {name} (not a Python function)")
+    source = guarded()
+    method_source = source and AttrSource(AttrSource(source, "__class__"), name)
+    if method_source is not None:
+        tx.output.add_guard(Guard(method_source, GuardKind.ID_MATCH, method))
+    return UserMethodVariable(method, tx.wrap(static, source), method_source)
+
+
+def _user_code_on_read(static: Any) -> bool:
+    """Whether reading `static` through its owner runs the user's own Python code: a property's
+    getter, a descriptor's __get__ (a library's, enum's, runs no user code: read as it is)."""
+    if static is MISSING:
+        return False
+    function = static.fget if isinstance(static, property) else class_attribute(type(static), "__get__")
+    return isinstance(function, types.FunctionType) and is_user_function(function)
+
+
 def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
     """How guards reach the class whose attributes `obj_vt` looks up."""
     if isinstance(obj_vt, UserDefinedClassVariable):
@@ -107,22 +138,48 @@ def _class_source(obj_vt: VariableTracker) -> Optional[Source]:
 
 
 def _guard_class_lookup(tx, obj_vt: VariableTracker, cls_source: Optional[Source], name: str, static: Any,
-                        implicit: bool) -> Optional[Source]:
-    """The trace resolved `name` to `static` on a class: guard that the class still resolves it so
-    (methods patched on the class) and that the instance's own __dict__ does not shadow it
-    (methods patched on the instance). Returns the source of what the class lookup gives."""
+                        implicit: bool, cls: Optional[type] = None) -> Optional[Source]:
+    """The trace resolved `name` to `static` on the class `cls`: guard that the class still resolves
+    it so (methods patched on the class) and that the instance's own __dict__ does not shadow it
+    (methods patched on the instance). Returns the source of what the class lookup gives (of the
+    descriptor itself where reading it from the class would run its Python __get__)."""
     if cls_source is None:
         return None
-    source = AttrSource(cls_source, name)
+    if cls is not None and isinstance(class_attribute(type(static), "__get__"), types.FunctionType):
+        source = _class_dict_source(tx, cls, cls_source, name)
+    else:
+        source = AttrSource(cls_source, name)
     expected = static.__func__ if isinstance(static, (staticmethod, classmethod)) else static
     if isinstance(static, classmethod):  # `Cls.name` makes a new bound method each time
         source = AttrSource(source, "__func__")
     tx.output.add_guard(Guard(source, GuardKind.ID_MATCH, expected))
-    instance = obj_vt.real_object()
     if (not implicit and obj_vt.source is not None and not isinstance(obj_vt, UserDefinedClassVariable)
-            and isinstance(getattr(instance, "__dict__", None), dict) and not hasattr(type(static), "__set__")):
+            and instance_dict_of(obj_vt.real_object()) is not None and not is_data_descriptor(static)):
         tx.output.add_guard(Guard(AttrSource(obj_vt.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
     return source
+
+
+HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class whose dict Python code can change
+
+
+def guard_class_lacks(tx, cls: type, cls_source: Optional[Source], name: str, before: Optional[int] = None) -> None:
+    """Guard that no class along `cls.__mro__` (before index `before`) defines `name`: one assigned
+    there later is found. Builtin classes' dicts cannot change."""
+    if cls_source is None:
+        return
+    mro_source = AttrSource(cls_source, "__mro__")
+    for index, base in enumerate(type.__dict__["__mro__"].__get__(cls)[:before]):
+        if base.__flags__ & HEAP_TYPE:
+            tx.output.add_guard(Guard(AttrSource(GetItemSource(mro_source, index), "__dict__"),
+                                      GuardKind.DICT_CONTAINS, (name, False)))
+
+
+def _class_dict_source(tx, cls: type, cls_source: Source, name: str) -> Source:
+    """`name` in the __dict__ of the first class along `cls.__mro__` that holds it (the classes before
+    it guarded not to): a read that calls no descriptor."""
+    index = next(i for i, base in enumerate(type.__dict__["__mro__"].__get__(cls)) if name in base.__dict__)
+    guard_class_lacks(tx, cls, cls_source, name, index)
+    return GetItemSource(AttrSource(GetItemSource(AttrSource(cls_source, "__mro__"), index), "__dict__"), name)
 
 
 # Methods of `object` that traced code may call on a user object (through super() or the class):
@@ -131,21 +188,52 @@ OBJECT_METHODS = (object.__getattribute__, object.__setattr__, object.__delattr_
                   object.__init__)
 
 
+def store_through_descriptor(tx, obj: VariableTracker, cls: type, name: str,
+                             value: Optional[VariableTracker]) -> bool:
+    """The first step of CPython's object.__setattr__ (`value`) and object.__delattr__ (`value` None):
+    a data descriptor found along the class's MRO takes the store or the deletion: a property's
+    fset or fdel, a Python __set__ or __delete__, traced. False where none does (no descriptor, or
+    a __slots__ slot, which the caller stores)."""
+    static = class_attribute(cls, name)
+    if static is MISSING or not is_data_descriptor(static) or isinstance(static, types.MemberDescriptorType):
+        return False
+    guarded = functools.partial(_guard_class_lookup, tx, obj, _class_source(obj), name, static, False, cls)
+    args = [obj] if value is None else [obj, value]
+    if type(static) is property:
+        field = "fdel" if value is None else "fset"
+        function = getattr(static, field)
+        if not isinstance(function, types.FunctionType):  # None: Python raises AttributeError
+            unimplemented(f"property '{name}' of {cls.__qualname__} whose {field} is {type(function).__name__}")
+        source = guarded()
+        UserFunctionVariable(function, source and AttrSource(source, field)).call_function(tx, args, {})
+        return True
+    method = _descriptor_method(tx, static, guarded, "__delete__" if value is None else "__set__")
+    if method is None:  # Python raises AttributeError
+        unimplemented(f"{'deleting' if value is None else 'assigning'} '{name}' of {cls.__qualname__} through "
+                      f"a {type(static).__name__} descriptor that does not define it")
+    method.call_function(tx, args, {})
+    return True
+
+
 def has_python_getattribute(cls: type) -> bool:
-    return isinstance(getattr_static(cls, "__getattribute__"), types.FunctionType)
+    return isinstance(class_attribute(cls, "__getattribute__"), types.FunctionType)
 
 
 def get_attribute(tx, obj: VariableTracker, cls: type, name: str) -> VariableTracker:
-    """`obj.name` for a user object: its class's Python __getattribute__ traced, or the generic
-    lookup; then a Python __getattr__ where that lookup finds nothing."""
+    """`obj.name` for a user object, as CPython's slot_tp_getattr_hook: its class's Python
+    __getattribute__ traced, or the generic lookup; then, only where that lookup ends in
+    AttributeError, the class's __getattr__ traced."""
     try:
         if has_python_getattribute(cls):
             method = lookup_class_attribute(tx, obj, cls, "__getattribute__", None, implicit=True)
             return method.call_function(tx, [ConstantVariable(name)], {})
         return obj.generic_getattr(tx, name)
     except AttributeMissing:
-        if not isinstance(getattr_static(cls, "__getattr__", None), types.FunctionType):
+        fallback = class_attribute(cls, "__getattr__")
+        if fallback is MISSING:
             raise
+        if not isinstance(fallback, types.FunctionType):
+            unimplemented(f"{cls.__qualname__}.__getattr__ is not a Python function")
     fallback = lookup_class_attribute(tx, obj, cls, "__getattr__", None, implicit=True)
     return fallback.call_function(tx, [ConstantVariable(name)], {})
 
@@ -236,7 +324,27 @@ class UserDefinedClassVariable(VariableTracker):
         return self.cls
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        static = getattr_static(self.cls, name, None)
+        """`cls.name`, as CPython's type_getattro: a data descriptor of the metaclass (a property)
+        first, then the class's MRO (a Python descriptor's __get__(None, cls) traced), then the
+        metaclass's other attributes (its methods bound to the class)."""
+        meta = type(self.cls)
+        meta_static = class_attribute(meta, name)
+        meta_source = self.source and AttrSource(self.source, "__class__")
+        static = class_attribute(self.cls, name)
+        if _user_code_on_read(meta_static) and (static is MISSING or is_data_descriptor(meta_static)) or (
+                static is MISSING and isinstance(meta_static, types.FunctionType)):
+            return lookup_class_attribute(tx, self, meta, name, None, meta_source, implicit=True)
+        if static is MISSING and meta_static is MISSING:
+            if class_attribute(meta, "__getattr__") is not MISSING:
+                unimplemented(f"the metaclass {meta.__qualname__}'s __getattr__")
+            guard_class_lacks(tx, self.cls, self.source, name)
+            guard_class_lacks(tx, meta, meta_source, name)
+            attribute_missing(f"type object '{self.cls.__qualname__}' has no attribute '{name}'")
+        if _user_code_on_read(static) and not isinstance(static, property):
+            source = _guard_class_lookup(tx, self, self.source, name, static, True, self.cls)
+            getter = UserMethodVariable(class_attribute(type(static), "__get__"), tx.wrap(static, source))
+            return getter.call_function(tx, [ConstantVariable(None), self], {})
+        static = meta_static if static is MISSING else static
         if static is object.__setattr__ or static is object.__init__:
             return tx.wrap(static)
         if isinstance(static, (staticmethod, classmethod)):
@@ -296,39 +404,79 @@ class UserDefinedObjectVariable(VariableTracker):
         return super().as_python_constant()
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
-        cls = type(self.obj)
-        if has_python_getattribute(cls) and self.source is not None:
-            return get_attribute(tx, self, cls, name)
-        return self.generic_getattr(tx, name)
+        return get_attribute(tx, self, type(self.obj), name)
 
     def generic_getattr(self, tx, name: str) -> VariableTracker:
-        """`object.__getattribute__(obj, name)`: the instance dict, then the class."""
+        """`object.__getattribute__(obj, name)`, as CPython's _PyObject_GenericGetAttrWithDict: a data
+        descriptor of the class, the instance dict, then the class."""
+        cls = type(self.obj)
+        if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
+            return tx.wrap(getattr(self.obj, name))
+        attr_source = self.source and AttrSource(self.source, name)
+        if name == "__dict__" and instance_dict_of(self.obj) is not None:
+            return self.instance_dict(tx)
+        static = class_attribute(cls, name)
+        if static is not MISSING and is_data_descriptor(static):
+            if isinstance(static, (types.MemberDescriptorType, types.GetSetDescriptorType)):  # slots, C fields
+                return self._read_builtin_descriptor(tx, static, name)
+            return lookup_class_attribute(tx, self, cls, name, attr_source)
+        found = self._instance_dict_item(tx, name)
+        if found is not None:
+            return found
+        if static is not MISSING:
+            if attr_source is not None and has_python_getattribute(cls):
+                # guards read where this lookup found the value, not through the class's own lookup again
+                attr_source = AttrSource(AttrSource(self.source, "__class__"), name)
+            return lookup_class_attribute(tx, self, cls, name, attr_source)
+        guard_class_lacks(tx, cls, _class_source(self), name)
+        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
+
+    def instance_dict(self, tx) -> ConstDictVariable:
+        """The tracker of the object's __dict__, the one place the trace keeps its attributes from
+        then on (attributes assigned before it was first read are put in it)."""
+        real = instance_dict_of(self.obj)
+        known = tx.output.tracked_containers.get(id(real))
+        if known is not None and known[0] is real:
+            return known[1]
+        tracker = tx.wrap(real, self.source and AttrSource(self.source, "__dict__"))
+        if not isinstance(tracker, ConstDictVariable):
+            unimplemented(f"the __dict__ of {self.describe()} (keys that are not constants)")
+        for key, value in tx.output.side_effects.pending_attrs(self.obj).items():
+            tracker.call_method(tx, "__setitem__", [ConstantVariable(key), value], {})
+        return tracker
+
+    def _tracked_instance_dict(self, tx) -> Optional[ConstDictVariable]:
+        real = instance_dict_of(self.obj)
+        known = tx.output.tracked_containers.get(id(real)) if real is not None else None
+        return known[1] if known is not None and known[0] is real else None
+
+    def _instance_dict_item(self, tx, name: str) -> Optional[VariableTracker]:
+        """`obj.__dict__[name]` as the trace has it so far, or None where the dict lacks it (guarded)."""
+        tracked = self._tracked_instance_dict(tx)
+        if tracked is not None:
+            return tracked.items.get(name)
         pending = tx.output.side_effects.pending_attr(self.obj, name)
         if pending is not None:
             return pending
-        attr_source = self.source and AttrSource(self.source, name)
-        dict_source = attr_source
-        cls = type(self.obj)
-        if attr_source is not None and has_python_getattribute(cls):
-            # guards read where this lookup found the value, not through the class's own lookup again
-            dict_source = GetItemSource(AttrSource(self.source, "__dict__"), name)
-            attr_source = AttrSource(AttrSource(self.source, "__class__"), name)
-        if isinstance(self.obj, enum.Enum) and name in ("name", "value"):  # the member itself is guarded
-            return tx.wrap(getattr(self.obj, name))
-        instance_dict = getattr(self.obj, "__dict__", {})
-        static = getattr_static(cls, name, None)
-        is_data_descriptor = static is not None and hasattr(type(static), "__set__")
-        if name in instance_dict and not is_data_descriptor:
-            return tx.wrap(instance_dict[name], dict_source)
-        if isinstance(static, (types.MemberDescriptorType, types.GetSetDescriptorType)):  # __slots__ and C fields
-            return tx.wrap(getattr(self.obj, name), self.source and AttrSource(self.source, name))
-        if static is not None or hasattr(cls, name):
-            return lookup_class_attribute(tx, self, cls, name, attr_source)
-        if hasattr(cls, "__getattr__"):
-            unimplemented(f"{cls.__qualname__}.__getattr__")
-        if self.source is not None and isinstance(instance_dict, dict):
+        real = instance_dict_of(self.obj)
+        if real is None:
+            return None
+        dict_source = self.source and GetItemSource(AttrSource(self.source, "__dict__"), name)
+        if name in real:
+            return tx.wrap(real[name], dict_source if has_python_getattribute(type(self.obj)) else
+                           self.source and AttrSource(self.source, name))
+        if self.source is not None:
             tx.output.add_guard(Guard(AttrSource(self.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
-        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
+        return None
+
+    def _read_builtin_descriptor(self, tx, static: Any, name: str) -> VariableTracker:
+        """A __slots__ slot or a C-level field (`__class__`, `__weakref__`): no user code runs."""
+        pending = tx.output.side_effects.pending_attr(self.obj, name)
+        if pending is not None:
+            return pending
+        if isinstance(static, types.MemberDescriptorType) and not slot_is_filled(tx, self, name):
+            attribute_missing(f"{type(self.obj).__qualname__} object has no attribute '{name}'")
+        return tx.wrap(static.__get__(self.obj, type(self.obj)), self.source and AttrSource(self.source, name))
 
     def has_unpack_var_sequence(self, tx) -> bool:
         return True
@@ -343,15 +491,37 @@ class UserDefinedObjectVariable(VariableTracker):
     def store_attr(self, tx, name: str, value: VariableTracker) -> None:
         if self.source is not None and _call_python_setattr(tx, self, type(self.obj), name, value):
             return
-        if self.source is None or _has_custom_setattr(type(self.obj)):
-            super().store_attr(tx, name, value)
-        tx.output.side_effects.store_attr(self, self.obj, name, value)
+        if type(self.obj).__setattr__ is not object.__setattr__:
+            unimplemented(f"{type(self.obj).__qualname__} has a __setattr__ not written in Python")
+        self.generic_setattr(tx, name, value)
 
     def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
-        cls = type(self.obj)
-        if self.source is None or _is_data_descriptor(cls, name) or any(vars(c).get("__slots__") for c in cls.__mro__[:-1]):
+        """`object.__setattr__(obj, name, value)`, as CPython's _PyObject_GenericSetAttrWithDict: a data
+        descriptor of the class takes it, else the instance dict."""
+        if self.source is None:  # nothing in generated code reaches the object to assign it
             super().store_attr(tx, name, value)
+        cls = type(self.obj)
+        if store_through_descriptor(tx, self, cls, name, value):
+            return
+        if not isinstance(class_attribute(cls, name), types.MemberDescriptorType):
+            if instance_dict_of(self.obj) is None:
+                unimplemented(f"assigning '{name}' of a {cls.__qualname__}, which has no such slot (Python raises)")
+            tracked = self._tracked_instance_dict(tx)
+            if tracked is not None:
+                tracked.call_method(tx, "__setitem__", [ConstantVariable(name), value], {})
+                return
         tx.output.side_effects.store_attr(self, self.obj, name, value, object.__setattr__)
+
+    def generic_delattr(self, tx, name: str) -> None:
+        """`object.__delattr__(obj, name)`: a data descriptor's deleter, else the instance dict's item."""
+        if self.source is None:
+            unimplemented(f"deleting '{name}' of {self.describe()}")
+        if store_through_descriptor(tx, self, type(self.obj), name, None):
+            return
+        if isinstance(class_attribute(type(self.obj), name), types.MemberDescriptorType) or \
+                instance_dict_of(self.obj) is None:
+            unimplemented(f"deleting the slot '{name}' of {self.describe()}")
+        self.instance_dict(tx).call_method(tx, "__delitem__", [ConstantVariable(name)], {})
 
     def mapping_storage(self, tx) -> Optional[ConstDictVariable]:
         base = mapping_base(type(self.obj))
@@ -378,14 +548,6 @@ class UserDefinedObjectVariable(VariableTracker):
         return super().call_function(tx, args, kwargs)
 
 
-def _has_custom_setattr(cls: type) -> bool:
-    return cls.__setattr__ is not object.__setattr__ or any(vars(c).get("__slots__") for c in cls.__mro__[:-1])
-
-
-def _is_data_descriptor(cls: type, name: str) -> bool:
-    return hasattr(type(getattr_static(cls, name, None)), "__set__")
-
-
 def _call_python_setattr(tx, obj: VariableTracker, cls: type, name: str, value: VariableTracker) -> bool:
     """`obj.name = value` through the class's own __setattr__ written in Python: traced. Whether it was."""
     if not isinstance(getattr_static(cls, "__setattr__"), types.FunctionType):
@@ -395,13 +557,81 @@ def _call_python_setattr(tx, obj: VariableTracker, cls: type, name: str, value: 
     return True
 
 
+def type_call(tx, cls_vt: "UserDefinedClassVariable", args: List[VariableTracker],
+              kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """type.__call__(cls, *args, **kwargs), as CPython's type_call: `cls.__new__` (traced where
+    written in Python), then, where it made an instance of `cls`, its __init__."""
+    cls = cls_vt.cls
+    new = class_attribute(cls, "__new__")
+    new = new.__func__ if isinstance(new, staticmethod) else new
+    if new is (mapping_base(cls) or object).__new__:
+        obj = NewObjectVariable(cls, cls_vt.source)
+        obj.run_init(tx, args, kwargs, own_new=False)
+        return obj
+    if not (isinstance(new, types.FunctionType) and is_user_function(new)):
+        return _untraced_construction(cls, args, kwargs)
+    made = lookup_class_attribute(tx, cls_vt, cls, "__new__", None, cls_vt.source, implicit=True).call_function(
+        tx, [cls_vt, *args], kwargs)
+    if isinstance(made, NewObjectVariable) and issubclass(made.cls, cls):
+        made.run_init(tx, args, kwargs, own_new=True)
+    elif isinstance(made.python_type(), type) and issubclass(made.python_type(), cls):
+        unimplemented(f"{cls.__qualname__}.__new__ returned a {made.describe()}, whose __init__ is not traced")
+    return made
+
+
+def _untraced_construction(cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """`cls(...)` left to generated code (a builtin base's __new__, a library's metaclass): exact only
+    where none of the user's own code runs in it (it would run later, out of order)."""
+    for name in ("__new__", "__init__"):
+        method = class_attribute(cls, name)
+        method = getattr(method, "__func__", method)
+        if isinstance(method, types.FunctionType) and is_user_function(method):
+            unimplemented(f"constructing a {cls.__qualname__}, whose {name} is not traced")
+    return ConstructedObjectVariable(cls, args, kwargs)
+
+
+class TypeCallVariable(VariableTracker):
+    """`type.__call__` bound to a class, as a metaclass's __call__ reaches it through super()."""
+
+    def __init__(self, cls_vt: "UserDefinedClassVariable") -> None:
+        super().__init__()
+        self.cls_vt = cls_vt
+
+    def describe(self) -> str:
+        return f"type.__call__ of {self.cls_vt.describe()}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        return type_call(tx, self.cls_vt, args, kwargs)
+
+
+def slot_is_filled(tx, obj: UserDefinedObjectVariable, name: str) -> bool:
+    """Whether the C-level field `name` (a __slots__ slot) of an existing object holds a value,
+    read through its descriptor and guarded (by hasattr, which runs no user code only where the
+    class has no __getattr__ nor Python __getattribute__)."""
+    cls = type(obj.obj)
+    try:
+        class_attribute(cls, name).__get__(obj.obj, cls)
+        present = True
+    except AttributeError:
+        present = False
+    if obj.source is not None:
+        if class_attribute(cls, "__getattr__") is not MISSING or has_python_getattribute(cls):
+            unimplemented(f"whether the slot '{name}' of {obj.describe()} is filled (its class's own lookup would tell)")
+        tx.output.add_guard(Guard(obj.source, GuardKind.HASATTR, (name, present)))
+    return present
+
+
 def rebuild_object(cls: type, attrs: Dict[str, Any], items: Optional[Dict[Any, Any]] = None) -> Any:
     """Recreate, in generated code, an object that the traced code constructed (with its items, for
     a dict subclass)."""
-    base = mapping_base(cls)
-    obj = (base or object).__new__(cls)
+    return fill_object((mapping_base(cls) or object).__new__(cls), attrs, items)
+
+
+def fill_object(obj: Any, attrs: Dict[str, Any], items: Optional[Dict[Any, Any]] = None) -> Any:
+    """Give an object rebuilt by generated code its attributes (and items)."""
     for name, value in attrs.items():
         object.__setattr__(obj, name, value)
+    base = mapping_base(type(obj))
     for key, value in (items or {}).items():
         base.__setitem__(obj, key, value)
     return obj
@@ -427,21 +657,33 @@ class NewObjectVariable(VariableTracker):
     @staticmethod
     def create(tx, cls: type, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
                cls_source: Optional[Source] = None) -> VariableTracker:
+        """`cls(*args, **kwargs)`: the metaclass's __call__ where the user wrote one (traced), else
+        type.__call__'s steps."""
+        meta_call = class_attribute(type(cls), "__call__")
+        cls_vt = UserDefinedClassVariable(cls, cls_source)
+        if meta_call is type.__call__:
+            return type_call(tx, cls_vt, args, kwargs)
+        if isinstance(meta_call, types.FunctionType) and is_user_function(meta_call):
+            meta_source = cls_source and AttrSource(cls_source, "__class__")
+            call = lookup_class_attribute(tx, cls_vt, type(cls), "__call__", None, meta_source, implicit=True)
+            return call.call_function(tx, args, kwargs)
+        return _untraced_construction(cls, args, kwargs)
+
+    def run_init(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker], own_new: bool) -> None:
+        """The __init__ step of type.__call__ on this new instance; `own_new`: its class defines
+        __new__ (object.__init__ then accepts the arguments)."""
+        cls = self.cls
         base = mapping_base(cls)
-        if type(cls).__call__ is not type.__call__ or cls.__new__ is not (base or object).__new__:
-            return ConstructedObjectVariable(cls, args, kwargs)
-        obj = NewObjectVariable(cls, cls_source)
-        init = getattr_static(cls, "__init__")
+        init = class_attribute(cls, "__init__")
         if init is object.__init__:
-            if args or kwargs:
+            if (args or kwargs) and not own_new:
                 unimplemented(f"{cls.__qualname__}() takes no arguments")
         elif isinstance(init, types.FunctionType):
-            lookup_class_attribute(tx, obj, cls, "__init__", None, implicit=True).call_function(tx, args, kwargs)
+            lookup_class_attribute(tx, self, cls, "__init__", None, implicit=True).call_function(tx, args, kwargs)
         elif base is not None and init is base.__init__:
-            obj.storage.call_method(tx, "__init__", args, kwargs)
+            self.storage.call_method(tx, "__init__", args, kwargs)
         else:
             unimplemented(f"{cls.__qualname__}.__init__ is not a Python function")
-        return obj
 
     has_identity = True
 
@@ -467,25 +709,31 @@ class NewObjectVariable(VariableTracker):
         return get_attribute(tx, self, self.cls, name)
 
     def generic_getattr(self, tx, name: str) -> VariableTracker:
-        """`object.__getattribute__(obj, name)`: data descriptors of the class, the instance dict,
+        """`object.__getattribute__(obj, name)`: a data descriptor of the class, the instance dict,
         then the class."""
-        static = getattr_static(self.cls, name, None)
-        if name in self.attrs and not (static is not None and hasattr(type(static), "__set__")):
-            return self.attrs[name]
-        if name == "__class__":
-            return UserDefinedClassVariable(self.cls, self.cls_source)
-        if name == "__dict__" and self.cls.__dictoffset__:
-            return self.instance_dict
-        if isinstance(static, types.MemberDescriptorType) and name in self.attrs:  # a __slots__ slot
-            return self.attrs[name]
-        if static is not None and not isinstance(static, types.MemberDescriptorType):
+        static = class_attribute(self.cls, name)
+        if static is not MISSING and is_data_descriptor(static):
+            if isinstance(static, types.MemberDescriptorType):  # a __slots__ slot
+                if name in self.attrs:
+                    return self.attrs[name]
+                attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
+            if name == "__class__":
+                return UserDefinedClassVariable(self.cls, self.cls_source)
+            if name == "__dict__" and self.cls.__dictoffset__:
+                return self.instance_dict
             return lookup_class_attribute(tx, self, self.cls, name, None)
+        if name in self.attrs:
+            return self.attrs[name]
+        if static is not MISSING:
+            return lookup_class_attribute(tx, self, self.cls, name, None)
+        guard_class_lacks(tx, self.cls, self.cls_source, name)
         attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
 
     def generic_delattr(self, tx, name: str) -> None:
-        """`object.__delattr__(obj, name)` on an attribute the instance holds."""
-        if name not in self.attrs or _is_data_descriptor(self.cls, name) and not isinstance(
-                getattr_static(self.cls, name), types.MemberDescriptorType):
+        """`object.__delattr__(obj, name)`: a data descriptor's deleter, else the attribute the instance holds."""
+        if store_through_descriptor(tx, self, self.cls, name, None):
+            return
+        if name not in self.attrs:
             unimplemented(f"deleting '{name}' of a {self.cls.__qualname__} object that does not hold it")
         del self.attrs[name]
 
@@ -507,12 +755,30 @@ class NewObjectVariable(VariableTracker):
         self.generic_setattr(tx, name, value)
 
     def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
-        is_slot = isinstance(getattr_static(self.cls, name, None), types.MemberDescriptorType)
-        if not is_slot and _is_data_descriptor(self.cls, name):
-            unimplemented(f"assigning {self.cls.__qualname__}.{name}, a data descriptor")
+        """`object.__setattr__(obj, name, value)`: a data descriptor of the class takes it, else the
+        instance (its dict, or a __slots__ slot)."""
+        if store_through_descriptor(tx, self, self.cls, name, value):
+            return
+        is_slot = isinstance(class_attribute(self.cls, name), types.MemberDescriptorType)
         if not is_slot and not self.cls.__dictoffset__:
             unimplemented(f"assigning '{name}' of a {self.cls.__qualname__}, which has no such slot (Python raises)")
         self.attrs[name] = value
+
+    def reconstruct_empty(self, codegen) -> None:
+        codegen.load_function(rebuild_object)
+        codegen.load_const(self.cls)
+        codegen.append("BUILD_MAP", 0)
+        codegen.call(2)
+
+    def reconstruct_filling(self, codegen, local: str) -> None:
+        """Fill the object built empty into `local` (its attributes may hold it)."""
+        codegen.load_function(fill_object)
+        codegen.append("LOAD_FAST", local)
+        codegen.reconstruct(ConstDictVariable(self.attrs))
+        if self.storage is not None:
+            codegen.reconstruct(ConstDictVariable(self.storage.items))
+        codegen.call(3 if self.storage is not None else 2)
+        codegen.append("POP_TOP")
 
     def reconstruct(self, codegen) -> None:
         codegen.load_function(rebuild_object)
@@ -592,7 +858,8 @@ class SuperVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         # super(C, cls) in a classmethod looks up cls's MRO and binds as a class lookup does
-        of_class = isinstance(self.obj, UserDefinedClassVariable)
+        # super(C, cls) of a classmethod starts from cls; a metaclass's method, from type(cls)
+        of_class = isinstance(self.obj, UserDefinedClassVariable) and issubclass(self.obj.cls, self.cls)
         start = self.obj.cls if of_class else self.obj.python_type()
         mro = start.__mro__
         for index in range(mro.index(self.cls) + 1, len(mro)):
@@ -601,7 +868,10 @@ class SuperVariable(VariableTracker):
                 static = vars(klass)[name]
                 if (static is object.__init__ or static is object.__setattr__) and not of_class:
                     return PartialVariable(tx.wrap(static), [self.obj], {})
-                type_source = _class_source(self.obj)
+                if static is type.__call__ and isinstance(self.obj, UserDefinedClassVariable):
+                    return TypeCallVariable(self.obj)
+                type_source = _class_source(self.obj) if of_class or not isinstance(self.obj, UserDefinedClassVariable) \
+                    else self.obj.source and AttrSource(self.obj.source, "__class__")
                 klass_source = type_source and GetItemSource(AttrSource(type_source, "__mro__"), index)
                 if isinstance(static, classmethod):  # bound to the class the lookup started from
                     owner = self.obj if of_class else UserDefinedClassVariable(start, type_source)
