@@ -8,11 +8,7 @@ from .families import Block
 
 # Features whose bugs are known and still open on main: the in-suite test leaves them out, `make fuzz` keeps
 # them. Each names a bug class and the template prefixes ("family: template") that run into it.
-KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {
-    # an existing object's attribute read after the trace stored it gives the value stored, past the class's
-    # property getter or data descriptor __get__ (the attrs branch of issue 30 fixes it)
-    "read after a descriptor store": ("descriptors: DO{i}.w = ", "descriptors: DO{i}.d = "),
-}
+KNOWN_OPEN: Dict[str, Tuple[str, ...]] = {}
 ALL_FAMILIES: Tuple[str, ...] = tuple(families.FAMILIES)
 CPP_FRACTION = 0.1
 
