@@ -503,9 +503,15 @@ class BuiltinVariable(VariableTracker):
 
     def _call_id(self, tx, obj: VariableTracker):
         identity = _identity_of(obj)
-        if identity is None:
+        if identity is not None:
+            guard_identity(tx, obj)
+            return ConstantVariable(id(identity))
+        if obj.source is None or isinstance(obj, ConstantVariable):
             return fake_id(tx, obj)
-        guard_identity(tx, obj)
+        # an object of the caller's (a tensor, a container): its id may meet ints from outside the
+        # trace (arguments, globals, sets of ids), so it is the real one, for that object only
+        identity = tx.output.source_value(obj.source)
+        tx.output.add_guard(Guard(obj.source, GuardKind.ID_MATCH, identity))
         return ConstantVariable(id(identity))
 
 

@@ -61,7 +61,7 @@ class BaseListVariable(VariableTracker):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> None:
-        if self.source is not None and self.python_cls is list:  # the caller's own list object
+        if self.source is not None:  # the caller's own object
             self.source.reconstruct(codegen)
             return
         for item in self.items:
@@ -76,6 +76,7 @@ class BaseListVariable(VariableTracker):
 
 class TupleVariable(BaseListVariable):
     python_cls = tuple
+    has_identity = True  # `t = (x, y); return t, t` gives one tuple twice
 
 
 class ListVariable(BaseListVariable):

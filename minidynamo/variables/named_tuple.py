@@ -77,6 +77,9 @@ class NamedTupleVariable(TupleVariable):
         return super().var_getattr(tx, name)
 
     def reconstruct(self, codegen) -> None:
+        if self.source is not None:  # the caller's own object
+            self.source.reconstruct(codegen)
+            return
         codegen.load_function(getattr(self.tuple_cls, "_make", self.tuple_cls))
         TupleVariable(self.items).reconstruct(codegen)
         codegen.call(1)
