@@ -277,11 +277,17 @@ class BuiltinVariable(VariableTracker):
     def _identity(self, tx, a: VariableTracker, b: VariableTracker):
         """`a is b` when it can be decided while tracing."""
         negate = self.fn in (operator.is_not, operator.ne)
+        is_op = self.fn in (operator.is_, operator.is_not)
         if a is b:
             return ConstantVariable(not negate)
-        if a.is_python_constant() and b.is_python_constant():
+        if is_op and a.has_identity and b.has_identity and a.source is not None and b.source is not None:
+            same = tx.output.source_value(a.source) is tx.output.source_value(b.source)  # two of the caller's
+            tx.output.add_guard(Guard(a.source, GuardKind.ALIAS_OF if same else GuardKind.DISTINCT_FROM, b.source))
+            return ConstantVariable(same != negate)
+        # the constant of a container is a copy: its identity is not the container's
+        if a.is_python_constant() and b.is_python_constant() and not (is_op and (a.has_identity or b.has_identity)):
             x, y = a.as_python_constant(), b.as_python_constant()
-            same = x is y if self.fn in (operator.is_, operator.is_not) else x == y
+            same = x is y if is_op else x == y
             return ConstantVariable(same != negate)
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
             return ConstantVariable((a.node is b.node) != negate) if self.fn in (operator.is_, operator.is_not) else None
