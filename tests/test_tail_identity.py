@@ -34,7 +34,8 @@ def _walk(value, path, found, seen):
     seen = seen | {id(value)}
     if isinstance(value, dict):
         for k, v in value.items():
-            _walk(v, f"{path}[{k!r}]", found, seen)
+            key = "<an id>" if type(k) is int and k >= 2 ** 32 else repr(k)  # ids are addresses
+            _walk(v, f"{path}[{key}]", found, seen)
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _walk(v, f"{path}[{i}]", found, seen)
@@ -79,18 +80,22 @@ def once(factory):
     return lambda: made[0] if made else made.append(factory()) or made[0]
 
 
-def _without_ids(value):
-    if type(value) is int and value in _ID_INTS:
-        return "<id>"
+def _without_ids(value, names):
+    """`value` with each int that is an id read as which object it names (`names`: id -> path)."""
+    if type(value) is int and (value in names or value in _ID_INTS):
+        return f"<id of {names.get(value, 'an object')}>"
     if type(value) in (list, tuple, set, frozenset):
-        return type(value)(_without_ids(v) for v in value)
+        return type(value)(_without_ids(v, names) for v in value)
     if type(value) is dict:
-        return {_without_ids(k): _without_ids(v) for k, v in value.items()}
+        return {_without_ids(k, names): _without_ids(v, names) for k, v in value.items()}
     return value
 
 
 def _compared(run):
-    run.args, run.result = _without_ids(run.args), _without_ids(run.result)
+    names = {}
+    for path, value in reversed(_parts((run.args, run.result), "")):
+        names[id(value)] = path
+    run.args, run.result = _without_ids(run.args, names), _without_ids(run.result, names)
     return run
 
 
@@ -432,3 +437,18 @@ def test_a_returned_tuple_argument_is_the_callers_object():
     for _ in range(3):
         past = (t2(), t2())
         assert compiled(t2(), past)[1] is past
+
+
+def deepcopy_with_a_memo_passed_in(x, items, memo):
+    import copy
+
+    return x + 1, copy.deepcopy(items, memo), copy.deepcopy(items)
+
+
+def test_deepcopy_reads_the_callers_ids_in_a_memo_passed_in():
+    """copy.deepcopy's own memo holds only ids taken in the trace; one passed in holds the caller's."""
+    def known():
+        items, kept = [1, [2]], ["kept"]
+        return t2(), items, {ident(items): kept}
+
+    check(deepcopy_with_a_memo_passed_in, once(known), lambda: (t2(), [3], {}))

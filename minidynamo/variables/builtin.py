@@ -4,6 +4,7 @@ from __future__ import annotations
 import abc
 import builtins
 import collections
+import copy
 import functools
 import inspect
 import math
@@ -512,13 +513,20 @@ class BuiltinVariable(VariableTracker):
         if identity is not None:
             guard_identity(tx, obj)
             return ConstantVariable(id(identity))
-        if obj.source is None or isinstance(obj, ConstantVariable):
+        if obj.source is None or isinstance(obj, ConstantVariable) or _ids_stay_in_trace(tx):
             return fake_id(tx, obj)
         # an object of the caller's (a tensor, a container): its id may meet ints from outside the
         # trace (arguments, globals, sets of ids), so it is the real one, for that object only
         identity = tx.output.source_value(obj.source)
         tx.output.add_guard(Guard(obj.source, GuardKind.ID_MATCH, identity))
         return ConstantVariable(id(identity))
+
+
+def _ids_stay_in_trace(tx) -> bool:
+    """Whether ids taken in this frame meet only other ids taken in the trace: copy.deepcopy's, keys
+    of a memo made while tracing (a memo passed in may hold the caller's ids)."""
+    memo = tx.symbolic_locals.get("memo") if tx.f_globals is copy.__dict__ else None
+    return isinstance(memo, ConstDictVariable) and memo.source is None
 
 
 def _text_of(tx, obj: VariableTracker, name: str, *args: VariableTracker):
