@@ -190,6 +190,22 @@ def _accepts_keyword(fn: Callable, name: str) -> bool:
         return False
 
 
+# Live backends bound to options, by (id of the backend, options): the same options give the same
+# backend object, so their compiles share cache entries (see eval_frame._shared_callback).
+_BOUND: "weakref.WeakValueDictionary[Tuple[int, FrozenSet[Tuple[str, type, Any]]], Callable]" = weakref.WeakValueDictionary()
+
+
+def _with_options(compiler_fn: Callable, options: Dict[str, Any]) -> Callable:
+    try:
+        key = (id(compiler_fn), frozenset((name, type(value), value) for name, value in options.items()))
+        bound = _BOUND.get(key)
+    except TypeError:  # an option value that cannot be hashed: not shared
+        return functools.partial(compiler_fn, options=options)
+    if bound is None:
+        bound = _BOUND[key] = functools.partial(compiler_fn, options=dict(options))
+    return bound
+
+
 def compile(
     model: Optional[Callable] = None,
     *,
@@ -215,6 +231,6 @@ def compile(
     if not callable(model):
         raise TypeError(f"compile() expects a function or an nn.Module, got {type(model).__name__}")
     if options and _accepts_keyword(compiler_fn, "options"):
-        compiler_fn = functools.partial(compiler_fn, options=options)
+        compiler_fn = _with_options(compiler_fn, options)
     kwargs = {"dynamic": dynamic} if dynamic is not None and _accepts_keyword(eval_frame.optimize, "dynamic") else {}
     return eval_frame.optimize(compiler_fn, nopython=fullgraph, **kwargs)(model)
