@@ -400,6 +400,17 @@ def test_a_tuple_built_from_an_arguments_items_is_new():
     check(rebuilt_tuple_is_new, lambda: (t2(), (t2(), 1)))
 
 
+def tuple_operations_giving_the_tuple(x, past, consts):
+    made = (x, 1)
+    return (x + 1, past[:], tuple(past), past * 1, past[0:len(past)], tuple(consts), consts[:], made[:],
+            tuple(made), made, past[:1], tuple(list(past)), [past][0][:])
+
+
+def test_tuple_operations_that_give_back_the_tuple_itself():
+    """CPython returns an exact tuple itself from tuple(t), t[:] and t * 1; the new tuples stay new."""
+    check(tuple_operations_giving_the_tuple, lambda: (t2(), (t2(), [1]), tuple([1, 2])))
+
+
 def _model_output():
     from transformers.modeling_outputs import BaseModelOutput
 

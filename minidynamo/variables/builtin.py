@@ -20,7 +20,7 @@ from ..guards import Guard, GuardKind
 from ..module_lookup import getattr_static
 from ..source import AttrSource
 from .base import VariableTracker
-from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none
+from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none, same_constant
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
 from .lists import (BaseListVariable, EnumerateVariable, IteratorVariable, ListIteratorVariable, ListVariable,
@@ -154,7 +154,7 @@ class BuiltinVariable(VariableTracker):
                 value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
             except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
                 unimplemented(f"{self.describe()} raises {type(e).__name__} here")
-            return tx.wrap_constant(value)
+            return same_constant(value, args) or tx.wrap_constant(value)
         return self._call_on_values(tx, args)
 
     def _foldable(self, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:
@@ -200,6 +200,8 @@ class BuiltinVariable(VariableTracker):
             a.call_method(tx, "__setitem__", [ConstantVariable(slice(None)), ListVariable(a.items * b.as_python_constant())], {})
             return a
         if fn in (operator.mul, operator.imul) and isinstance(a, BaseListVariable) and b.is_python_constant():
+            if type(a) is TupleVariable and b.as_python_constant() == 1:  # the tuple itself, as in CPython
+                return a
             return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) else None
         if fn in (operator.or_, operator.ior) and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
             if fn is operator.ior:
@@ -364,6 +366,9 @@ class BuiltinVariable(VariableTracker):
         return ListVariable(args[0].unpack_var_sequence(tx) if args else [])
 
     def _call_tuple(self, tx, *args: VariableTracker):
+        first = args[0] if args else None
+        if type(first) is TupleVariable or (isinstance(first, ConstantVariable) and type(first.value) is tuple):
+            return first  # CPython gives back an exact tuple itself
         if args and args[0].is_python_constant() and is_constant_value(tuple(args[0].as_python_constant())):
             return ConstantVariable(tuple(args[0].as_python_constant()))
         return TupleVariable(args[0].unpack_var_sequence(tx) if args else [])

@@ -38,6 +38,8 @@ class BaseListVariable(VariableTracker):
 
     def getitem(self, tx, index: Any) -> VariableTracker:
         if isinstance(index, slice):
+            if type(self) is TupleVariable and index.indices(len(self.items)) == (0, len(self.items), 1):
+                return self  # a whole exact tuple sliced is that tuple, as in CPython
             return type(self)(self.items[index])
         try:
             return self.items[index]
