@@ -463,3 +463,18 @@ def test_deepcopy_reads_the_callers_ids_in_a_memo_passed_in():
         return t2(), items, {ident(items): kept}
 
     check(deepcopy_with_a_memo_passed_in, once(known), lambda: (t2(), [3], {}))
+
+
+def is_between_constant_arguments(x, t, u, s, r):
+    return x + 1, t is u, t is not u, s is r, t is t
+
+
+def test_is_between_tuple_and_string_arguments():
+    def shared():
+        t, s = tuple([1, 2]), "".join(["a", "b"])
+        return t2(), t, t, s, s
+
+    def equal():
+        return t2(), tuple([1, 2]), tuple([1, 2]), "".join(["a", "b"]), "".join(["a", "b"])
+
+    check(is_between_constant_arguments, shared, equal, shared)

@@ -283,8 +283,8 @@ class BuiltinVariable(VariableTracker):
         is_op = self.fn in (operator.is_, operator.is_not)
         if a is b:
             return ConstantVariable(not negate)
-        if is_op and a.has_identity and b.has_identity and a.source is not None and b.source is not None:
-            same = tx.output.source_value(a.source) is tx.output.source_value(b.source)  # two of the caller's
+        if is_op and _callers_object(a) and _callers_object(b):
+            same = tx.output.source_value(a.source) is tx.output.source_value(b.source)
             tx.output.add_guard(Guard(a.source, GuardKind.ALIAS_OF if same else GuardKind.DISTINCT_FROM, b.source))
             return ConstantVariable(same != negate)
         # the constant of a container is a copy: its identity is not the container's
@@ -525,6 +525,13 @@ class BuiltinVariable(VariableTracker):
         identity = tx.output.source_value(obj.source)
         tx.output.add_guard(Guard(obj.source, GuardKind.ID_MATCH, identity))
         return ConstantVariable(id(identity))
+
+
+def _callers_object(value: VariableTracker) -> bool:
+    """Whether `value` is an object of the caller's whose identity is its own: a container, or a
+    constant that other equal values need not be (a tuple, a string; not None or a small int)."""
+    return value.source is not None and (value.has_identity or (isinstance(value, ConstantVariable)
+                                                                and value.reads_source()))
 
 
 def _ids_stay_in_trace(tx) -> bool:
