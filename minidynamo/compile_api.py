@@ -109,29 +109,29 @@ _OBJECT_PLUMBING: FrozenSet[str] = frozenset({
 })
 
 
+def _forwarded_method(name: str) -> Callable:
+    """A method of the wrapper's class running the original's method `name`: a special method (Python
+    looks those up on the type, never through __getattr__) or an nn.Module method the original's
+    class overrides. One that returns the original itself (`__iadd__`, `train()`) returns the wrapper."""
+
+    def forwarded(self: OptimizedModule, *args: Any, **kwargs: Any) -> Any:
+        orig = self._modules["_orig_mod"]
+        result = getattr(orig, name)(*args, **kwargs)
+        return self if result is orig else result
+
+    forwarded.__name__ = forwarded.__qualname__ = name
+    return forwarded
+
+
 class _Forwarded:
-    """An attribute of the original's class that the wrapper's class would hide: a special method
-    (Python looks those up on the type, never through __getattr__) or an nn.Module method the
-    original's class overrides. Reads it from the original; a method of the original that returns
-    the original itself (`__iadd__`, `train()`, `to()`) returns the wrapper instead."""
+    """An attribute other than a method (a property, a class attribute) that the original's class
+    defines and the wrapper's class would hide: read from the original."""
 
     def __init__(self, name: str) -> None:
         self.name = name
 
     def __get__(self, wrapper: Optional[OptimizedModule], owner: Optional[type] = None) -> Any:
-        if wrapper is None:
-            return self
-        orig = wrapper._orig_mod
-        value = getattr(orig, self.name)
-        if not (isinstance(value, types.MethodType) and value.__self__ is orig):
-            return value
-
-        @functools.wraps(value)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            result = value(*args, **kwargs)
-            return wrapper if result is orig else result
-
-        return call
+        return self if wrapper is None else getattr(wrapper._modules["_orig_mod"], self.name)
 
 
 _WRAPPER_CLASSES: "weakref.WeakKeyDictionary[type, type]" = weakref.WeakKeyDictionary()
@@ -143,7 +143,8 @@ def _wrapper_class(module_cls: type) -> type:
     if made is None:
         made = _WRAPPER_CLASSES[module_cls] = type("OptimizedModule", (OptimizedModule,), {
             "__module__": __name__, "__qualname__": OptimizedModule.__qualname__, "__hash__": OptimizedModule.__hash__,
-            **{name: _Forwarded(name) for name in _forwarded_names(module_cls)}})
+            **{name: _forwarded_method(name) if isinstance(inspect.getattr_static(module_cls, name), types.FunctionType)
+               else _Forwarded(name) for name in _forwarded_names(module_cls)}})
     return made
 
 
