@@ -81,6 +81,8 @@ def reset() -> None:
     _C.reset()
     dropped_entries.clear()
     reset_counters()
+    for callback in list(_CALLBACKS.values()):  # what earlier compiles saw (automatic dynamic shapes)
+        callback.frame_states.clear()
 
 
 def _on_gc(phase: str, info: Dict[str, int]) -> None:

@@ -72,3 +72,20 @@ def test_fullgraph_does_not_reuse_entries_that_break_the_graph():
     torch.testing.assert_close(optimize(cnt)(branchy)(x), branchy(x))
     with pytest.raises(Exception):
         optimize(cnt, nopython=True)(branchy)(x)
+
+
+@pytest.mark.skipif(REFERENCE, reason="checks minidynamo.reset")
+def test_reset_forgets_what_shared_callbacks_saw():
+    """After reset() a function compiles as on its first call: sizes seen before reset do not make
+    the next compile dynamic."""
+    import minidynamo
+
+    cnt = CompileCounter()
+    fn = minidynamo.optimize(cnt)(smooth)
+    fn(torch.randn(4))
+    fn(torch.randn(5))  # a recompile on a size change: the size becomes dynamic
+    minidynamo.reset()
+    again = minidynamo.optimize(cnt)(smooth)
+    again(torch.randn(6))
+    again(torch.randn(7))
+    assert cnt.frame_count == 4, "after reset, the first size is static again and the second recompiles"
