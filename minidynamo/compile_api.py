@@ -99,8 +99,10 @@ class OptimizedModule(torch.nn.Module):
 
 
 # Names the wrapper keeps as its own whatever the original's class defines: how Python builds,
-# copies, pickles, hashes, shows and frees the wrapper object itself, and descriptor behaviour.
+# copies, pickles, hashes, shows and frees the wrapper object itself, descriptor behaviour, and the
+# wrapper's tree (nn.Module's recursions, `_apply` and `train`, reach the original as its one child).
 _OBJECT_PLUMBING: FrozenSet[str] = frozenset({
+    "children", "named_children",
     "__class__", "__dict__", "__weakref__", "__slots__", "__module__", "__qualname__", "__doc__", "__annotations__",
     "__new__", "__init__", "__init_subclass__", "__subclasshook__", "__class_getitem__", "__getattribute__",
     "__del__", "__hash__", "__sizeof__", "__repr__", "extra_repr", "_get_name", "__reduce_ex__", "__getstate__",

@@ -190,6 +190,31 @@ class Tracked(nn.Module):
         return self.fc(x)
 
 
+class OwnChildren(nn.Module):
+    """Overrides the tree walk (hides `fc` from it): through the wrapper, `to()` and `train()` walk as
+    on the original."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(2))
+        self.fc = nn.Linear(2, 2)
+
+    def named_children(self):
+        return iter([])
+
+    def forward(self, x):
+        return self.w * 2
+
+
+def test_to_and_train_through_the_wrapper_walk_the_module_as_on_the_original():
+    direct, through = OwnChildren(), OwnChildren()
+    wrapper = compiled(through)
+    direct.to(torch.float64).eval()
+    wrapper.to(torch.float64).eval()
+    assert [p.dtype for p in through.parameters()] == [p.dtype for p in direct.parameters()]
+    assert (through.training, through.fc.training) == (direct.training, direct.fc.training)
+
+
 @pytest.mark.skipif(REFERENCE, reason=f"reference (torch) differs: {TORCH_DIFFERS}")
 def test_methods_the_class_overrides_are_the_originals():
     original = Tracked()
