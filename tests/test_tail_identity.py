@@ -406,6 +406,8 @@ def tuple_operations_giving_the_tuple(x, past, consts):
             tuple(made), made, past[:1], tuple(list(past)), [past][0][:])
 
 
+@pytest.mark.skipif(REFERENCE, reason="reference (torch) differs: torch._dynamo builds a new tuple for t[:] and "
+                                       "tuple(t) of an argument")
 def test_tuple_operations_that_give_back_the_tuple_itself():
     """CPython returns an exact tuple itself from tuple(t), t[:] and t * 1; the new tuples stay new."""
     check(tuple_operations_giving_the_tuple, lambda: (t2(), (t2(), [1]), tuple([1, 2])))
@@ -469,6 +471,8 @@ def is_between_constant_arguments(x, t, u, s, r):
     return x + 1, t is u, t is not u, s is r, t is t
 
 
+@pytest.mark.skipif(REFERENCE, reason="reference (torch) differs: torch._dynamo answers `t is u` for two equal "
+                                       "tuple arguments from their values")
 def test_is_between_tuple_and_string_arguments():
     def shared():
         t, s = tuple([1, 2]), "".join(["a", "b"])
