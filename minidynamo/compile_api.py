@@ -195,10 +195,12 @@ def _accepts_keyword(fn: Callable, name: str) -> bool:
 
 # Live backends bound to options, by (id of the backend, options): the same options give the same
 # backend object, so their compiles share cache entries (see eval_frame._shared_callback).
-_BOUND: "weakref.WeakValueDictionary[Tuple[int, FrozenSet[Tuple[str, type, Any]]], Callable]" = weakref.WeakValueDictionary()
+_BOUND: "weakref.WeakValueDictionary[Tuple[int, FrozenSet[Tuple[str, type, Any]]], Callable]" = \
+    weakref.WeakValueDictionary()
 
 
 def _with_options(compiler_fn: Callable, options: Dict[str, Any]) -> Callable:
+    """`compiler_fn` with `options` bound, the same object for the same backend and options."""
     try:
         key = (id(compiler_fn), frozenset((name, type(value), value) for name, value in options.items()))
         bound = _BOUND.get(key)

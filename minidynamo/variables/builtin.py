@@ -293,7 +293,7 @@ class BuiltinVariable(VariableTracker):
             same = x is y if is_op else x == y
             return ConstantVariable(same != negate)
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-            return ConstantVariable((a.node is b.node) != negate) if self.fn in (operator.is_, operator.is_not) else None
+            return ConstantVariable((a.node is b.node) != negate) if is_op else None
         if any(v.has_identity and v.source is None for v in (a, b)):  # made while tracing: only its tracker is it
             return ConstantVariable(negate)
         real_a, real_b = _identity_of(a), _identity_of(b)
