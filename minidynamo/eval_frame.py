@@ -7,6 +7,7 @@ Setting the callback to `False` runs cached code without compiling anything new.
 from __future__ import annotations
 
 import gc
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -80,6 +81,8 @@ def reset() -> None:
     _C.reset()
     dropped_entries.clear()
     reset_counters()
+    for callback in list(_CALLBACKS.values()):  # what earlier compiles saw (automatic dynamic shapes)
+        callback.frame_states.clear()
 
 
 def _on_gc(phase: str, info: Dict[str, int]) -> None:
@@ -104,9 +107,25 @@ def optimize(
     makes a dimension symbolic after a recompile caused by its size changing.
     """
     from .backends import lookup_backend
-    from .convert_frame import ConvertFrame
 
-    context = _CallbackContext(ConvertFrame(lookup_backend(backend), nopython=nopython, dynamic=dynamic),
+    context = _CallbackContext(_shared_callback(lookup_backend(backend), nopython, dynamic),
                                remake=(optimize, (backend, nopython, dynamic)))
     context.verifiable = True
     return context
+
+
+# Live callbacks by (id of the backend, nopython, dynamic): each holds its backend, so the id is
+# not reused while it lives.
+_CALLBACKS: "weakref.WeakValueDictionary[Tuple[int, bool, Optional[bool]], Any]" = weakref.WeakValueDictionary()
+
+
+def _shared_callback(compiler_fn: Callable, nopython: bool, dynamic: Optional[bool]) -> Any:
+    """One callback per backend and settings: cache entries belong to the callback that compiled
+    them, so `optimize("eager")(f)` made twice traces `f` once, as torch.compile shares them."""
+    from .convert_frame import ConvertFrame
+
+    key = (id(compiler_fn), bool(nopython), dynamic)
+    callback = _CALLBACKS.get(key)
+    if callback is None:
+        callback = _CALLBACKS[key] = ConvertFrame(compiler_fn, nopython=nopython, dynamic=dynamic)
+    return callback

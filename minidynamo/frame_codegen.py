@@ -100,7 +100,7 @@ def _read_sources_first(codegen: PyCodegen, values: List[VariableTracker]) -> No
             continue
         seen.add(id(value))
         if value.source is not None:
-            if not isinstance(value, ConstantVariable):
+            if not isinstance(value, ConstantVariable) or value.reads_source():
                 codegen.read_now(value)
         else:
             stack.extend(value.subvalues())

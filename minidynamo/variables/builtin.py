@@ -4,6 +4,7 @@ from __future__ import annotations
 import abc
 import builtins
 import collections
+import copy
 import functools
 import inspect
 import math
@@ -19,7 +20,7 @@ from ..guards import Guard, GuardKind
 from ..module_lookup import getattr_static
 from ..source import AttrSource
 from .base import VariableTracker
-from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none
+from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none, same_constant
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
 from .lists import (BaseListVariable, EnumerateVariable, FilterVariable, IteratorVariable, ListVariable, MapVariable,
@@ -154,7 +155,7 @@ class BuiltinVariable(VariableTracker):
                 value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
             except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
                 unimplemented(f"{self.describe()} raises {type(e).__name__} here")
-            return tx.wrap_constant(value)
+            return same_constant(value, args) or tx.wrap_constant(value)
         return self._call_on_values(tx, args)
 
     def _foldable(self, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> bool:
@@ -200,6 +201,8 @@ class BuiltinVariable(VariableTracker):
             a.call_method(tx, "__setitem__", [ConstantVariable(slice(None)), ListVariable(a.items * b.as_python_constant())], {})
             return a
         if fn in (operator.mul, operator.imul) and isinstance(a, BaseListVariable) and b.is_python_constant():
+            if type(a) is TupleVariable and b.as_python_constant() == 1:  # the tuple itself, as in CPython
+                return a
             return type(a)(a.items * b.as_python_constant()) if type(a) in (ListVariable, TupleVariable) else None
         if fn in (operator.or_, operator.ior) and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
             if fn is operator.ior:
@@ -278,14 +281,20 @@ class BuiltinVariable(VariableTracker):
     def _identity(self, tx, a: VariableTracker, b: VariableTracker):
         """`a is b` when it can be decided while tracing."""
         negate = self.fn in (operator.is_not, operator.ne)
+        is_op = self.fn in (operator.is_, operator.is_not)
         if a is b:
             return ConstantVariable(not negate)
-        if a.is_python_constant() and b.is_python_constant():
+        if is_op and _callers_object(a) and _callers_object(b):
+            same = tx.output.source_value(a.source) is tx.output.source_value(b.source)
+            tx.output.add_guard(Guard(a.source, GuardKind.ALIAS_OF if same else GuardKind.DISTINCT_FROM, b.source))
+            return ConstantVariable(same != negate)
+        # the constant of a container is a copy: its identity is not the container's
+        if a.is_python_constant() and b.is_python_constant() and not (is_op and (a.has_identity or b.has_identity)):
             x, y = a.as_python_constant(), b.as_python_constant()
-            same = x is y if self.fn in (operator.is_, operator.is_not) else x == y
+            same = x is y if is_op else x == y
             return ConstantVariable(same != negate)
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-            return ConstantVariable((a.node is b.node) != negate) if self.fn in (operator.is_, operator.is_not) else None
+            return ConstantVariable((a.node is b.node) != negate) if is_op else None
         if any(v.has_identity and v.source is None for v in (a, b)):  # made while tracing: only its tracker is it
             return ConstantVariable(negate)
         real_a, real_b = _identity_of(a), _identity_of(b)
@@ -362,6 +371,9 @@ class BuiltinVariable(VariableTracker):
         return ListVariable(args[0].unpack_var_sequence(tx) if args else [])
 
     def _call_tuple(self, tx, *args: VariableTracker):
+        first = args[0] if args else None
+        if type(first) is TupleVariable or (isinstance(first, ConstantVariable) and type(first.value) is tuple):
+            return first  # CPython gives back an exact tuple itself
         if args and args[0].is_python_constant() and is_constant_value(tuple(args[0].as_python_constant())):
             return ConstantVariable(tuple(args[0].as_python_constant()))
         return TupleVariable(args[0].unpack_var_sequence(tx) if args else [])
@@ -503,10 +515,30 @@ class BuiltinVariable(VariableTracker):
 
     def _call_id(self, tx, obj: VariableTracker):
         identity = _identity_of(obj)
-        if identity is None:
+        if identity is not None:
+            guard_identity(tx, obj)
+            return ConstantVariable(id(identity))
+        if obj.source is None or isinstance(obj, ConstantVariable) or _ids_stay_in_trace(tx):
             return fake_id(tx, obj)
-        guard_identity(tx, obj)
+        # an object of the caller's (a tensor, a container): its id may meet ints from outside the
+        # trace (arguments, globals, sets of ids), so it is the real one, for that object only
+        identity = tx.output.source_value(obj.source)
+        tx.output.add_guard(Guard(obj.source, GuardKind.ID_MATCH, identity))
         return ConstantVariable(id(identity))
+
+
+def _callers_object(value: VariableTracker) -> bool:
+    """Whether `value` is an object of the caller's whose identity is its own: a container, or a
+    constant that other equal values need not be (a tuple, a string; not None or a small int)."""
+    return value.source is not None and (value.has_identity or (isinstance(value, ConstantVariable)
+                                                                and value.reads_source()))
+
+
+def _ids_stay_in_trace(tx) -> bool:
+    """Whether ids taken in this frame meet only other ids taken in the trace: copy.deepcopy's, keys
+    of a memo made while tracing (a memo passed in may hold the caller's ids)."""
+    memo = tx.symbolic_locals.get("memo") if tx.f_globals is copy.__dict__ else None
+    return isinstance(memo, ConstDictVariable) and memo.source is None
 
 
 def _text_of(tx, obj: VariableTracker, name: str, *args: VariableTracker):

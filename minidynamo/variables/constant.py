@@ -72,10 +72,30 @@ class ConstantVariable(VariableTracker):
                             **{k: v.as_python_constant() for k, v in kwargs.items()})
         except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
             unimplemented(f"{type(self.value).__name__}.{name}() raises {type(e).__name__} here")
-        return tx.wrap_constant(result)
+        return same_constant(result, [self, *args]) or tx.wrap_constant(result)
+
+    def reads_source(self) -> bool:
+        """Whether generated code takes the value from its source: the caller's own object (a tuple,
+        a string, a large int), where another equal object would be another object."""
+        value = self.value
+        shared = value is None or value is Ellipsis or value is NotImplemented or type(value) is bool or (
+            type(value) is int and -5 <= value <= 256) or isinstance(value, (torch.dtype, torch.layout))
+        return self.source is not None and not shared
 
     def reconstruct(self, codegen) -> None:
-        codegen.load_const(self.value)
+        if self.reads_source():
+            self.source.reconstruct(codegen)
+        else:
+            codegen.load_const(self.value)
+
+
+def same_constant(result: Any, inputs: List[VariableTracker]) -> "ConstantVariable | None":
+    """The input a call on constants gave back itself (`t[:]`, `s.strip()` with nothing to strip), so
+    that it stays the caller's object; None when the result is another object."""
+    for value in inputs:
+        if isinstance(value, ConstantVariable) and value.value is result:
+            return value
+    return None
 
 
 def _argument_value(tx, arg: VariableTracker) -> VariableTracker:

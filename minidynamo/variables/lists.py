@@ -40,6 +40,8 @@ class BaseListVariable(VariableTracker):
 
     def getitem(self, tx, index: Any) -> VariableTracker:
         if isinstance(index, slice):
+            if type(self) is TupleVariable and index.indices(len(self.items)) == (0, len(self.items), 1):
+                return self  # a whole exact tuple sliced is that tuple, as in CPython
             return type(self)(self.items[index])
         try:
             return self.items[index]
@@ -63,7 +65,7 @@ class BaseListVariable(VariableTracker):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, codegen) -> None:
-        if self.source is not None and self.python_cls is list:  # the caller's own list object
+        if self.source is not None:  # the caller's own object
             self.source.reconstruct(codegen)
             return
         for item in self.items:
@@ -78,6 +80,7 @@ class BaseListVariable(VariableTracker):
 
 class TupleVariable(BaseListVariable):
     python_cls = tuple
+    has_identity = True  # `t = (x, y); return t, t` gives one tuple twice
 
 
 class ListVariable(BaseListVariable):

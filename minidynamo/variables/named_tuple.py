@@ -101,7 +101,7 @@ class NamedTupleVariable(TupleVariable):
         return super().var_getattr(tx, name)
 
     def reconstruct(self, codegen) -> None:
-        if self.source is not None and self.tuple_cls.__dictoffset__:  # the same object, its attributes kept
+        if self.source is not None:  # the caller's own object, its attributes kept
             self.source.reconstruct(codegen)
             return
         attributes = self.instance_dict is not None and self.instance_dict.items

@@ -531,6 +531,44 @@ def identity(gen: "Gen") -> None:
     gen.arg_changers.append(lambda args: _set_s(args, gen.rng.choice([f"Color{i}.R", f"Color{i}.G", f"SENT{i}"])))
 
 
+def ids(gen: "Gen") -> None:
+    """id() and `is` on arguments, globals and values made in the frame, against ids the program keeps
+    (in a slots object: the fuzzer's snapshot does not compare raw ids, which differ between the two runs)."""
+    i = gen.name("")
+    _add(gen, "ids", i, setup=_IDS_SETUP, body=[
+        "if id(a) in IDS{i}.seen:\n    y = y + 1", "y = y + IDS{i}.by_id.get(id(a), 0)",
+        "if id(a) == IDS{i}.n:\n    y = y * 2", "out.append(id(a) == id(b))", "out.append(a is b)",
+        "out.append(a is GT{i})", "if b is GT{i}:\n    y = y - 1", "out.append(lst is GL{i})",
+        "out.append(id(lst) in IDS{i}.seen)", "z = [a]\nout.append(z[0] is a)\nout.append(id(z[0]) == id(a))",
+        "out.append(len({{id(a), id(b), id(y)}}))", "d = {{id(a): a}}\ny = y + d.get(id(b), y)",
+        "i0 = id(a)\nprint('ids')\nout.append(i0 == id(a))\nout.append(i0 in IDS{i}.seen)",
+        "t = (a, b)\nout.append(t[0] is a)\nout.append(t[1] is b)", "out.append(id(y) == IDS{i}.n)",
+        "y = y + (1 if id(GT{i}) == IDS{i}.n else 0)", "out.append(id(s) == id(s))",
+        "out.append(IDS{i}.by_id.get(id(lst), -1))", "out.append((a, lst))",
+    ], mutations=[
+        "IDS{i}.seen.add(id(GT{i}))", "IDS{i}.seen.clear()", "IDS{i}.n = id(GT{i})", "IDS{i}.n = 0",
+        "IDS{i}.kept.append(GT{i})\nGT{i} = {T}", "IDS{i}.by_id[id(GT{i})] = 2.5", "IDS{i}.by_id.clear()",
+        "IDS{i}.seen.add(id(GL{i}))", "IDS{i}.by_id[id(GL{i})] = 7", "IDS{i}.kept.append(GL{i})\nGL{i} = [1.0]",
+    ])
+    gen.arg_changers += [
+        lambda args: _pass_global(args, gen.rng.choice((f"GT{i}", f"GT{i}.view(-1)"))).replace("globals", "ids"),
+        lambda args: _set(args, "lst", gen.rng.choice((f"GL{i}", "[1.0]")), "ids: lst"),
+    ]
+
+
+_IDS_SETUP = '''class Ids{i}:
+    __slots__ = ("seen", "by_id", "n", "kept")
+
+
+GT{i} = {T}
+GL{i} = [1.0, 2.0]
+IDS{i} = Ids{i}()
+IDS{i}.seen = {{id(GT{i})}}
+IDS{i}.by_id = {{id(GT{i}): 1.5}}
+IDS{i}.n = id(GT{i})
+IDS{i}.kept = []'''
+
+
 def torch_state(gen: "Gen") -> None:
     _add(gen, "torch_state", "", body=[
         "if torch.is_grad_enabled():\n    y = y * 2", "out.append(torch.are_deterministic_algorithms_enabled())",
@@ -658,7 +696,7 @@ def gen_reads(gen: "Gen") -> None:
 FAMILIES: Dict[str, Family] = {
     "tensor_ops": tensor_ops, "control": control, "breaks": breaks, "containers_ret": containers_ret,
     "inplace": inplace, "rng": rng, "globals": globals_, "closures": closures, "modules": modules,
-    "module_target": module_target, "objects": objects, "containers": containers, "identity": identity,
+    "module_target": module_target, "objects": objects, "containers": containers, "identity": identity, "ids": ids,
     "torch_state": torch_state, "arg_types": arg_types, "arg_tensors": arg_tensors, "backward": backward,
     "cells": cells, "descriptors": descriptors,
     "gen_reads": gen_reads,
