@@ -24,10 +24,6 @@ class NamedTupleVariable(TupleVariable):
         # the attributes of one made in the frame whose class gives its instances a __dict__
         self.instance_dict = ConstDictVariable({}) if source is None and tuple_cls.__dictoffset__ else None
 
-    @property
-    def has_identity(self) -> bool:  # its attributes are those of one object
-        return self.instance_dict is not None
-
     def subvalues(self) -> List[VariableTracker]:
         return super().subvalues() + ([self.instance_dict] if self.instance_dict is not None else [])
 
