@@ -16,6 +16,7 @@ import bytecode
 from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, SetLineno, TryBegin, TryEnd
 
 from . import pyversion
+from .exc import unimplemented
 
 Element = Union[Instr, Label, TryBegin, TryEnd, SetLineno]
 
@@ -69,7 +70,7 @@ def read_instructions(code: types.CodeType) -> Instructions:
 
 
 def _read(code: types.CodeType) -> Instructions:
-    abstract = Bytecode.from_code(code)
+    abstract = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)  # see resume_execution._build
     instrs: List[Instr] = []
     label_index: Dict[int, int] = {}
     pending: List[Label] = []
@@ -119,8 +120,12 @@ def assemble(
     flags: Optional[int] = None,
     freevars: Optional[Sequence[str]] = None,
     cellvars: Optional[Sequence[str]] = None,
+    stacksize: Optional[int] = None,
 ) -> types.CodeType:
-    """A new code object running `elements`, with the signature and names of `like` unless overridden."""
+    """A new code object running `elements`, with the signature and names of `like` unless overridden.
+    With `stacksize` given, the stack size is that and each exception-table entry keeps the depth its
+    TryBegin carries (a resume function's body runs at the depths of the original code); otherwise
+    both are computed."""
     fields: Dict[str, Any] = dict(
         argcount=like.co_argcount if argcount is None else argcount,
         posonlyargcount=like.co_posonlyargcount if argcount is None else 0,
@@ -136,7 +141,11 @@ def assemble(
     out = Bytecode(list(elements))
     for field_name, value in {**fields, **names}.items():
         setattr(out, field_name, value)
-    return out.to_code()
+    code = out.to_code(stacksize=stacksize, compute_exception_stack_depths=stacksize is None)
+    error = pyversion.stack_depth_error(code)
+    if error is not None:  # never run it: the interpreter trusts these depths, a wrong one corrupts memory
+        unimplemented(f"the generated code of {code.co_qualname} is invalid: {error}")
+    return code
 
 
 def is_jump(instr: Instr) -> bool:
