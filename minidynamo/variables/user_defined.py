@@ -575,6 +575,8 @@ class SuperVariable(VariableTracker):
         of_class = isinstance(self.obj, UserDefinedClassVariable)
         start = self.obj.cls if of_class else self.obj.python_type()
         mro = start.__mro__
+        if self.cls not in mro:  # Python raises TypeError: obj must be an instance or subtype of type
+            unimplemented(f"super({self.cls.__qualname__}, obj) on a {start.__qualname__}")
         for index in range(mro.index(self.cls) + 1, len(mro)):
             klass = mro[index]
             if name in vars(klass):
