@@ -557,6 +557,9 @@ class SuperVariable(VariableTracker):
         super().__init__()
         self.cls = cls
         self.obj = obj
+        start = obj.cls if isinstance(obj, UserDefinedClassVariable) else obj.python_type()
+        if cls not in start.__mro__:  # Python raises TypeError here: left to the super() call run eagerly
+            unimplemented(f"super({cls.__qualname__}, obj) on a {start.__qualname__}, which is no subclass")
 
     def describe(self) -> str:
         return f"super({self.cls.__qualname__})"
@@ -575,8 +578,6 @@ class SuperVariable(VariableTracker):
         of_class = isinstance(self.obj, UserDefinedClassVariable)
         start = self.obj.cls if of_class else self.obj.python_type()
         mro = start.__mro__
-        if self.cls not in mro:  # Python raises TypeError: obj must be an instance or subtype of type
-            unimplemented(f"super({self.cls.__qualname__}, obj) on a {start.__qualname__}")
         for index in range(mro.index(self.cls) + 1, len(mro)):
             klass = mro[index]
             if name in vars(klass):
