@@ -187,7 +187,7 @@ class NotOther:
     pass
 
 
-@CASES.case(lambda: (rand(2), NotOther()))
+@CASES.case(lambda: (rand(2), NotOther()), reference_skip="torch._dynamo raises InternalTorchDynamoError")
 def super_of_an_object_of_another_class(x, obj):
     try:
         return super(Other, obj).value()
