@@ -566,5 +566,6 @@ FAMILIES: Dict[str, Family] = {
     "tensor_ops": tensor_ops, "control": control, "breaks": breaks, "containers_ret": containers_ret,
     "inplace": inplace, "rng": rng, "globals": globals_, "closures": closures, "modules": modules,
     "module_target": module_target, "objects": objects, "containers": containers, "identity": identity,
-    "torch_state": torch_state, "crash": crash, "arg_types": arg_types, "arg_tensors": arg_tensors, "backward": backward,
+    "torch_state": torch_state, "crash": crash, "arg_types": arg_types, "arg_tensors": arg_tensors,
+    "backward": backward,
 }
