@@ -137,11 +137,12 @@ def assemble(
                  cellvars=list(like.co_cellvars if cellvars is None else cellvars),
                  freevars=list(like.co_freevars if freevars is None else freevars))
     if all(isinstance(e, Instr) and pyversion.is_straight_line(e) for e in elements):  # most frames' code
-        return pyversion.straight_line_code(elements, **names, **fields)
-    out = Bytecode(list(elements))
-    for field_name, value in {**fields, **names}.items():
-        setattr(out, field_name, value)
-    code = out.to_code(stacksize=stacksize, compute_exception_stack_depths=stacksize is None)
+        code = pyversion.straight_line_code(elements, **names, **fields)
+    else:
+        out = Bytecode(list(elements))
+        for field_name, value in {**fields, **names}.items():
+            setattr(out, field_name, value)
+        code = out.to_code(stacksize=stacksize, compute_exception_stack_depths=stacksize is None)
     error = pyversion.stack_depth_error(code)
     if error is not None:  # never run it: the interpreter trusts these depths, a wrong one corrupts memory
         unimplemented(f"the generated code of {code.co_qualname} is invalid: {error}")

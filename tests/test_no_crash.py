@@ -226,6 +226,15 @@ def test_stack_depth_check_rejects_a_handler_depth_left_unset():
 
 
 @pytest.mark.skipif(REFERENCE, reason="minidynamo's own bytecode layer")
+def test_assembled_code_popping_an_empty_stack_is_never_made():
+    from minidynamo.bytecode_transformation import Instr, assemble
+    from minidynamo.exc import Unsupported
+    with pytest.raises(Unsupported, match="stack depth -1"):
+        assemble([Instr("RESUME", 0), Instr("POP_TOP"), Instr("LOAD_CONST", None), Instr("RETURN_VALUE")],
+                 like=_resume_like_code.__code__)
+
+
+@pytest.mark.skipif(REFERENCE, reason="minidynamo's own bytecode layer")
 def test_stack_depth_check_accepts_compiled_code():
     import contextlib
     import json
