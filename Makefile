@@ -15,7 +15,7 @@ setup: $(STAMP) $(EXT_STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q numpy pytest pytest-xdist bytecode setuptools wheel transformers depyf matplotlib
+	$(PY) -m pip install -q numpy pytest pytest-xdist bytecode setuptools wheel transformers depyf matplotlib peft torchdiffeq scipy
 	$(PY) -m pip install -q --no-deps "triton>=3.4"
 	touch $@
 

@@ -16,6 +16,7 @@ import bytecode
 from bytecode import Bytecode, CellVar, FreeVar, Instr, Label, SetLineno, TryBegin, TryEnd
 
 from . import pyversion
+from .exc import unimplemented
 
 Element = Union[Instr, Label, TryBegin, TryEnd, SetLineno]
 
@@ -69,7 +70,7 @@ def read_instructions(code: types.CodeType) -> Instructions:
 
 
 def _read(code: types.CodeType) -> Instructions:
-    abstract = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)  # see assemble
+    abstract = Bytecode.from_code(code, conserve_exception_block_stackdepth=True)  # see resume_execution._build
     instrs: List[Instr] = []
     label_index: Dict[int, int] = {}
     pending: List[Label] = []
@@ -119,11 +120,12 @@ def assemble(
     flags: Optional[int] = None,
     freevars: Optional[Sequence[str]] = None,
     cellvars: Optional[Sequence[str]] = None,
-    keep_exception_depths: bool = False,
+    stacksize: Optional[int] = None,
 ) -> types.CodeType:
     """A new code object running `elements`, with the signature and names of `like` unless overridden.
-    `keep_exception_depths`: the stack depths the `TryBegin`s of `elements` hold are right (they come
-    from code whose stack is the same at each instruction) and are kept instead of computed."""
+    With `stacksize` given, the stack size is that and each exception-table entry keeps the depth its
+    TryBegin carries (a resume function's body runs at the depths of the original code); otherwise
+    both are computed."""
     fields: Dict[str, Any] = dict(
         argcount=like.co_argcount if argcount is None else argcount,
         posonlyargcount=like.co_posonlyargcount if argcount is None else 0,
@@ -135,13 +137,16 @@ def assemble(
                  cellvars=list(like.co_cellvars if cellvars is None else cellvars),
                  freevars=list(like.co_freevars if freevars is None else freevars))
     if all(isinstance(e, Instr) and pyversion.is_straight_line(e) for e in elements):  # most frames' code
-        return pyversion.straight_line_code(elements, **names, **fields)
-    out = Bytecode(list(elements))
-    for field_name, value in {**fields, **names}.items():
-        setattr(out, field_name, value)
-    # computing takes the depth where a try block is first reached: wrong for one entered by a jump
-    # into its middle (a resume function's entry), where the stack holds more than at its start
-    return out.to_code(compute_exception_stack_depths=not keep_exception_depths)
+        code = pyversion.straight_line_code(elements, **names, **fields)
+    else:
+        out = Bytecode(list(elements))
+        for field_name, value in {**fields, **names}.items():
+            setattr(out, field_name, value)
+        code = out.to_code(stacksize=stacksize, compute_exception_stack_depths=stacksize is None)
+    error = pyversion.stack_depth_error(code)
+    if error is not None:  # never run it: the interpreter trusts these depths, a wrong one corrupts memory
+        unimplemented(f"the generated code of {code.co_qualname} is invalid: {error}")
+    return code
 
 
 def is_jump(instr: Instr) -> bool:

@@ -88,9 +88,14 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     # the frame keeps its function's name (tracebacks, sys._getframe, logging's funcName show it, as
     # in eager); reports tell resume functions apart by their qualified name
     qualname = f"__resume_at_{instructions.offsets[spec.target]}_in_{code.co_name}"
+    # Every instruction of the body runs at the stack depth it has in `code` (the entry pushes the
+    # stack the target had), so the original stack size and handler depths hold. Computed, they would
+    # be wrong when the target is inside a try block: the bytecode package's analysis does not see
+    # the block's handler from a jump into its middle, and leaves the handler's depth unset (32768)
+    # and the stack size too small for it, which crashes the interpreter when the handler runs.
     return assemble(entry + body, like=code, name=code.co_name, qualname=qualname, argnames=argnames,
                     argcount=len(argnames), kwonlyargcount=0, flags=flags, freevars=freevars, cellvars=(),
-                    keep_exception_depths=True)
+                    stacksize=code.co_stacksize)
 
 
 def is_resume_function(code: types.CodeType) -> bool:

@@ -175,6 +175,59 @@ def values_left(instr: Instr, n_inputs: int) -> int:
     return n_inputs + dis.stack_effect(instr.opcode, oparg, jump=False)
 
 
+# ---- checking assembled code ----
+
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR
+_TERMINATOR_OPS = frozenset(dis.opmap[name] for name in TERMINATORS)
+_HAS_JREL = frozenset(dis.hasjrel)
+
+
+def stack_depth_error(code: types.CodeType) -> Optional[str]:
+    """What makes `code` unsafe to run, or None: every instruction must be reached with one stack
+    depth, never below zero nor above `co_stacksize`, and every exception-table entry must keep at
+    most the depth its instructions run at (the interpreter pushes the exception on the kept stack
+    without checking; a wrong depth or stack size corrupts memory). The walk of the compiler's
+    stackdepth() in Python/compile.c."""
+    instrs = {offset: (op, arg) for offset, op, arg in dis._unpack_opargs(code.co_code)}
+    order = sorted(instrs)
+    following = dict(zip(order, order[1:]))
+    handler = {}
+    for entry in dis._parse_exception_table(code):
+        handler.update((offset, entry) for offset in range(entry.start, entry.end, 2))
+    depths: Dict[int, int] = {}
+    pending = [(0, 1 if code.co_flags & _GENERATOR_FLAGS else 0)] if order else []
+    while pending:
+        offset, depth = pending.pop()
+        if offset not in instrs:
+            return f"a jump or handler to offset {offset}, which starts no instruction"
+        if offset in depths:
+            if depths[offset] != depth:
+                return f"offset {offset} reached with stack depths {depths[offset]} and {depth}"
+            continue
+        if not 0 <= depth <= code.co_stacksize:
+            return f"stack depth {depth} at offset {offset} (stack size {code.co_stacksize})"
+        depths[offset] = depth
+        op, arg = instrs[offset]
+        entry = handler.get(offset)
+        if entry is not None:
+            if entry.depth > depth:
+                return f"the handler at {entry.target} keeps {entry.depth} values, offset {offset} has {depth}"
+            pending.append((entry.target, entry.depth + 1 + entry.lasti))
+        if op in _HAS_JUMP:
+            pending.append((_jump_target(offset, op, arg), depth + dis.stack_effect(op, arg, jump=True)))
+        if op not in _TERMINATOR_OPS:
+            if offset not in following:
+                return f"execution runs past the last instruction at offset {offset}"
+            pending.append((following[offset], depth + dis.stack_effect(op, arg, jump=False)))
+    return None
+
+
+def _jump_target(offset: int, op: int, arg: int) -> int:
+    if op in _HAS_JREL:
+        return offset + 2 + 2 * (-arg if dis._is_backward_jump(op) else arg)
+    return 2 * arg
+
+
 # ---- assembling straight-line code ----
 
 _HAS_CONST, _HAS_NAME, _HAS_LOCAL, _HAS_FREE = (frozenset(t) for t in (dis.hasconst, dis.hasname, dis.haslocal,
@@ -402,6 +455,7 @@ __all__ = [
     "load_global",
     "push_null",
     "replay",
+    "stack_depth_error",
     "straight_line_code",
     "values_left",
 ]

@@ -843,6 +843,9 @@ class SuperVariable(VariableTracker):
         super().__init__()
         self.cls = cls
         self.obj = obj
+        start = obj.cls if isinstance(obj, UserDefinedClassVariable) else obj.python_type()
+        if cls not in start.__mro__:  # Python raises TypeError here: left to the super() call run eagerly
+            unimplemented(f"super({cls.__qualname__}, obj) on a {start.__qualname__}, which is no subclass")
 
     def describe(self) -> str:
         return f"super({self.cls.__qualname__})"

@@ -586,6 +586,157 @@ def torch_state(gen: "Gen") -> None:
                 "torch.set_autocast_enabled('cpu', False)"])
 
 
+def crash(gen: "Gen") -> None:
+    """Shapes that once made generated code crash the interpreter: breaks in helpers of helpers (resume
+    chains), deep inlining, `__getattr__`/`__getattribute__` delegating through try/except, try/except
+    around a break inside loops (resume functions entered inside a try block, run eagerly)."""
+    i = gen.name("")
+    _add(gen, "crash", i, setup=_CRASH_SETUP, body=[
+        "y = top{i}(y, 2)", "y = chain{i}_4(y)", "y = y + W{i}.scale",
+        "y, r = guarded{i}(y, P{i}, NAMES{i})\nout.append(r)",
+        "y, r = guarded{i}(y, W{i}, ['scale', 'bias', 'nope'])\nout.append(r)",
+        "if hasattr(W{i}, 'scale'):\n    y = y * W{i}.scale", "y = y + S{i}.hidden", "y = y + P{i}.dyn_x",
+        "for n in NAMES{i}:\n    try:\n        y = y + getattr(P{i}, n)\n    except AttributeError:\n        out.append(n)",
+        "for n in NAMES{i}:\n    try:\n        P{i}.missing\n    except AttributeError:\n        out.append(n)",
+        "w = 0\nwhile w < 3:\n    try:\n        print('w', w)\n        y = y + [1, 2][w]\n    except IndexError:\n"
+        "        y = y - 1\n    w += 1",
+        "y = nested_try{i}(y)", "y = raising{i}(y, 'z')",
+        "it = iter([1, 2])\nfor _ in range(3):\n    try:\n        y = y + next(it)\n        print('n')\n"
+        "    except StopIteration:\n        y = y * 2",
+        "with torch.no_grad():\n    for n in NAMES{i}:\n        try:\n            print(n)\n"
+        "            y = y + getattr(P{i}, n)\n        except AttributeError:\n            pass",
+        "try:\n    y = mid{i}(y)\nexcept AttributeError:\n    y = y - 1\nelse:\n    y = y + 1\nfinally:\n    out.append(1)",
+        "for j in range(2):\n    for n in ('a', 'zz'):\n        try:\n            y = y + getattr(P{i}, n)\n"
+        "        except AttributeError:\n            print('miss', j)",
+        "for n in NAMES{i}:\n    try:\n        with torch.enable_grad():\n            print(n)\n"
+        "            y = y + getattr(P{i}, n)\n    except AttributeError:\n        y = y * 2\n    finally:\n"
+        "        out.append(n)"],
+        mutations=["P{i}.b = 2.0", "P{i}.__dict__.pop('b', None)", "NAMES{i}.append('b')", "NAMES{i}.reverse()",
+                   "W{i}.base.scale = 3.0", "W{i}.bias = -1.0", "Base{i}.nope = 1.0", "S{i}.v = 1.5",
+                   "Plain{i}.a = -0.5"])
+
+
+_CRASH_SETUP = '''class Base{i}(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+
+
+class Wrap{i}(torch.nn.Module):
+    def __init__(self, base):
+        super().__init__()
+        self.base = base
+        self.bias = 1.0
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "base":
+                raise
+            return getattr(self.base, name)
+
+
+class Plain{i}:
+    a = 1.0
+
+    def __getattr__(self, name):
+        if name.startswith("dyn"):
+            print("getattr", name)
+            return 0.5
+        raise AttributeError(name)
+
+
+class Spy{i}:
+    def __init__(self):
+        self.v = 3.0
+
+    def __getattribute__(self, name):
+        if name == "hidden":
+            return object.__getattribute__(self, "v") * 2
+        return object.__getattribute__(self, name)
+
+
+W{i} = Wrap{i}(Base{i}())
+P{i} = Plain{i}()
+S{i} = Spy{i}()
+NAMES{i} = ["a", "b", "dyn_c"]
+
+
+def leaf{i}(t):
+    print("leaf", tuple(t.shape))
+    return t + 1
+
+
+def mid{i}(t):
+    t = leaf{i}(t) * 2
+    return leaf{i}(t)
+
+
+def top{i}(t, n):
+    for _ in range(n):
+        t = mid{i}(t)
+    return t
+
+
+def chain{i}_1(t):
+    print("deep")
+    return t * 2
+
+
+def chain{i}_2(t):
+    return chain{i}_1(t) + 1
+
+
+def chain{i}_3(t):
+    for _ in range(2):
+        t = chain{i}_2(t) - 1
+    return t
+
+
+def chain{i}_4(t):
+    try:
+        return chain{i}_3(t)
+    except AttributeError:
+        return t
+
+
+def guarded{i}(t, o, names):
+    got = []
+    for n in names:
+        try:
+            v = getattr(o, n)
+        except AttributeError:
+            got.append(n)
+        else:
+            got.append(v)
+            t = t + 1
+    return t, got
+
+
+def nested_try{i}(t):
+    try:
+        try:
+            print("inner")
+            t = t + 1
+        finally:
+            t = t * 2
+    except KeyError:
+        t = t - 1
+    return t
+
+
+def raising{i}(t, k):
+    d = {{"x": 1}}
+    for key in ("x", k):
+        try:
+            t = t + d[key]
+            print("got", key)
+        except KeyError:
+            t = t * 0.5
+    return t'''
+
+
 # ------------------------------------------------------------------------------------------------
 # arguments changed between calls
 # ------------------------------------------------------------------------------------------------
@@ -697,7 +848,6 @@ FAMILIES: Dict[str, Family] = {
     "tensor_ops": tensor_ops, "control": control, "breaks": breaks, "containers_ret": containers_ret,
     "inplace": inplace, "rng": rng, "globals": globals_, "closures": closures, "modules": modules,
     "module_target": module_target, "objects": objects, "containers": containers, "identity": identity, "ids": ids,
-    "torch_state": torch_state, "arg_types": arg_types, "arg_tensors": arg_tensors, "backward": backward,
-    "cells": cells, "descriptors": descriptors,
-    "gen_reads": gen_reads,
+    "torch_state": torch_state, "crash": crash, "arg_types": arg_types, "arg_tensors": arg_tensors,
+    "backward": backward, "cells": cells, "descriptors": descriptors, "gen_reads": gen_reads,
 }
