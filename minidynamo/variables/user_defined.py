@@ -843,9 +843,10 @@ class SuperVariable(VariableTracker):
         super().__init__()
         self.cls = cls
         self.obj = obj
-        start = obj.cls if isinstance(obj, UserDefinedClassVariable) else obj.python_type()
-        if cls not in start.__mro__:  # Python raises TypeError here: left to the super() call run eagerly
-            unimplemented(f"super({cls.__qualname__}, obj) on a {start.__qualname__}, which is no subclass")
+        # typeobject.c supercheck: a class that is a subclass of `cls`, or an instance of one
+        of_class = isinstance(obj, UserDefinedClassVariable) and cls in obj.cls.__mro__
+        if not of_class and cls not in obj.python_type().__mro__:  # Python raises TypeError: left to eager
+            unimplemented(f"super({cls.__qualname__}, obj) on a {obj.python_type().__qualname__}, which is no subclass")
 
     def describe(self) -> str:
         return f"super({self.cls.__qualname__})"
