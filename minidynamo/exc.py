@@ -39,6 +39,11 @@ class BackendCompilerFailed(Exception):
         self.inner = inner
 
 
+class CacheSizeLimitWarning(RuntimeWarning):
+    """A function reached the cache size limit and now runs without compiling (issued once per code
+    object; filter it with `warnings.filterwarnings("ignore", category=CacheSizeLimitWarning)`)."""
+
+
 def unimplemented(msg: str) -> NoReturn:
     raise Unsupported(msg)
 

@@ -19,8 +19,8 @@ from torch._C._dynamo.guards import TensorGuards
 from . import _C
 from .guards import CheckFunction, Guard, GuardKind, NotExpressible, detach_value, reason_for
 from .module_lookup import class_attribute, module_item_source
-from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, KeyedBySourceItemSource,
-                     LocalSource, ModuleGlobalsSource, Source, read_value)
+from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalsDictSource, GlobalSource,
+                     KeyedBySourceItemSource, LocalSource, ModuleGlobalsSource, Source, read_value)
 
 # per code object: check key -> (GuardCheck, GuardSets using it)
 _shared: "weakref.WeakKeyDictionary[types.CodeType, Dict[Tuple, Any]]" = weakref.WeakKeyDictionary()
@@ -83,6 +83,8 @@ class GuardSetBuilder:
         self.weak_checks: List[Any] = []
         self.tensors: List[Guard] = []
         self.values: Dict[str, Any] = {}  # what each source read so far names, by name
+        # (globals accessor, builtins dict accessor) -> {builtin name: the object read}
+        self.builtins: Dict[Tuple[int, int], Dict[str, Any]] = {}
 
     def value_of(self, source: Source) -> Any:
         return read_value(source, self.scope, self.values)
@@ -111,6 +113,8 @@ class GuardSetBuilder:
             return (_C.ACC_GLOBAL, -1, source.global_name, 0)
         if isinstance(source, ModuleGlobalsSource):
             return (_C.ACC_CONST, -1, source.namespace, 0)
+        if isinstance(source, GlobalsDictSource):
+            return (_C.ACC_GLOBALS, -1, None, 0)
         if isinstance(source, (AttrSource, GetItemSource)):
             entry = module_item_source(self.value_of(source.base), source)
             if entry is not None:  # an item of the dict Python reads it from, not a getattr through the class
@@ -161,6 +165,21 @@ class GuardSetBuilder:
         """Check `check` on the values of accessors `acc` (and `acc2`) on every lookup."""
         self.items.append((check, acc, acc2))
 
+    def builtin_read(self, globals_source: Source, builtins_dict: Dict[str, Any], name: str, obj: Any) -> None:
+        """A builtin the trace read through these globals: all those of one globals and builtins
+        dict pair become one check (see `_builtin_checks`)."""
+        builtins_acc = self.accessor(ModuleGlobalsSource(f"___builtins_{id(builtins_dict):x}", builtins_dict))
+        self.builtins.setdefault((self.accessor(globals_source), builtins_acc), {})[name] = obj
+
+    def _builtin_checks(self) -> None:
+        """One check per globals and builtins dict pair: unchanged dicts (their version tags) pass at
+        once; after a write to either, each name is looked up again."""
+        for (globals_acc, builtins_acc), reads in self.builtins.items():
+            names, objects = tuple(reads), tuple(reads.values())
+            key = ("builtins", globals_acc, builtins_acc, names, tuple(map(id, objects)))
+            check = self.check(key, _C.CHK_BUILTINS, names, expected2=objects)  # holds the objects: ids stay theirs
+            self.item(check, globals_acc, builtins_acc)
+
     def add_tensor(self, guard: Guard) -> None:
         self.accessor(guard.source)
         self.tensors.append(guard)
@@ -210,6 +229,7 @@ class GuardSetBuilder:
                 guard.kind.rule.lower(guard, self)
             except NotExpressible:
                 in_python.append(guard)
+        self._builtin_checks()
         tensor_check, tensor_accessors = self._tensor_check()
         fallback = _python_check([detach_value(g) for g in in_python], self.namespaces) if in_python else None
         guard_set = _C.GuardSet(self.accessors, self.items, tensor_check, tensor_accessors, fallback)

@@ -43,6 +43,7 @@ class GuardKind(enum.Enum):
     ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor or container this one must be
     DISTINCT_FROM = "DISTINCT_FROM"  # value: the source of a container this one must not be
     SHAPE_ENV = "SHAPE_ENV"  # value: Python expressions over L and G relating symbolic sizes
+    BUILTIN_MATCH = "BUILTIN_MATCH"  # source: a globals dict; value: a BuiltinRead
 
     @property
     def rule(self) -> "KindRule":
@@ -84,6 +85,15 @@ class Guard:
 
     def __str__(self) -> str:
         return f"{self.name or '<global state>'}: {self.kind.value}  ({'; '.join(self.code_list)})"
+
+
+@dataclass(frozen=True)
+class BuiltinRead:
+    """A builtin the trace read: `name` is not a global and `namespace` (a builtins dict) holds `obj`."""
+
+    name: str
+    namespace: Dict[str, Any] = field(repr=False, compare=False)
+    obj: Any = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -527,6 +537,28 @@ class GlobalStateMatch(KindRule):
         b.item(b.check(("", "global state", torch_state), _C.CHK_CALL, state.torch_guard.check, expected2=True))
         for (name, read), expected in zip(_EXTRA_STATE, state.extra):
             b.item(b.check(("", name, expected), _C.CHK_CALL, read, expected2=expected))
+
+
+@rule(GuardKind.BUILTIN_MATCH)
+class BuiltinMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        read: BuiltinRead = guard.value
+        return [f"{read.name!r} not in {guard.name}", f"builtins[{read.name!r}] is <{_type_name(type(read.obj))} object>"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        read: BuiltinRead = guard.value
+        if read.name in value:
+            return f"{guard.name} now has a global {read.name!r}, which shadows the builtin"
+        if read.namespace.get(read.name) is not read.obj:
+            return f"builtin {read.name!r} was rebound"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        read: BuiltinRead = guard.value
+        b.builtin_read(guard.source, read.namespace, read.name, read.obj)
+
+    def dedupe_key(self, guard: Guard) -> Tuple:
+        return (guard.name, guard.kind, guard.value.name)
 
 
 @rule(GuardKind.SHAPE_ENV)

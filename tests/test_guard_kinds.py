@@ -1,5 +1,6 @@
 """Every guard kind is enforced, rendered and explained; strict constant equality; the global-state
 guard every entry carries; guard sets that die with their function; cache_size_limit = 0."""
+import builtins
 import contextlib
 import gc
 import math
@@ -18,8 +19,8 @@ import minidynamo
 from minidynamo import GuardedCode, _C
 from minidynamo.eval_frame import optimize_with_callback
 from minidynamo.guard_set import build_check_function
-from minidynamo.guards import Guard, GuardKind, KindRule, capture_global_state
-from minidynamo.source import AttrSource, LocalSource, MethodCallSource
+from minidynamo.guards import BuiltinRead, Guard, GuardKind, KindRule, capture_global_state
+from minidynamo.source import AttrSource, GlobalsDictSource, LocalSource, MethodCallSource
 from minidynamo.testing import CompileCounter
 from test_guards import Records
 
@@ -53,6 +54,16 @@ def _with_attr(name):
     return obj
 
 
+@contextlib.contextmanager
+def divmod_rebound():
+    builtins.divmod = lambda a, b: (0, 0)
+    try:
+        yield
+    finally:
+        builtins.divmod = _divmod
+
+
+_divmod = divmod
 _obj, _mod, _t = Thing(), torch.nn.Linear(2, 2), torch.randn(3)
 nothing = contextlib.nullcontext
 
@@ -91,6 +102,8 @@ CASES = {
     GuardKind.SHAPE_ENV: (lambda: [Guard(None, GuardKind.SHAPE_ENV, ["L['v'].size()[0] == L['w'].size()[0]"])],
                           (torch.randn(3), torch.randn(3)), (torch.randn(3), torch.randn(4)), nothing,
                           "L['v'].size()[0] == L['w'].size()[0]", "shape guard failed: L['v'].size()[0] == L['w'].size()[0]"),
+    GuardKind.BUILTIN_MATCH: (lambda: [Guard(GlobalsDictSource(), GuardKind.BUILTIN_MATCH, BuiltinRead("divmod", vars(builtins), _divmod))],
+                              (0, 0), (0, 0), divmod_rebound, "'divmod' not in G", "builtin 'divmod' was rebound"),
 }
 
 
