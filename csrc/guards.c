@@ -11,7 +11,7 @@
 
 enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST, ACC_DICT, ACC_GLOBALS };
 enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL, CHK_HASATTR, CHK_CONTAINS, CHK_DISTINCT,
-       CHK_BUILTINS };
+       CHK_BUILTINS, CHK_FUNCTION };
 
 #define STACK_VALUES 64
 
@@ -27,8 +27,8 @@ unsigned long long guards_next_epoch(void)
 typedef struct {
     PyObject_HEAD
     int kind;
-    int weak;             /* CHK_ID, CHK_TYPE: `expected` is a weak reference to the object */
-    PyObject *expected;   /* type, object, value, tuple of keys, callable, attribute name or key, by kind */
+    int weak;             /* CHK_ID, CHK_TYPE, CHK_FUNCTION: `expected` is a weak reference to the object */
+    PyObject *expected;   /* type, object, value, tuple of keys, callable, attribute name or key, code, by kind */
     PyObject *expected2;  /* CHK_CALL: the result `expected()` must be; CHK_HASATTR, CHK_CONTAINS: present;
                            * CHK_BUILTINS: the objects of the names in `expected` */
     Py_ssize_t length;    /* CHK_LEN */
@@ -47,7 +47,7 @@ static PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|Onp:GuardCheck", names, &kind, &expected, &expected2,
                                      &length, &weak))
         return NULL;
-    if (kind < CHK_TYPE || kind > CHK_BUILTINS) {
+    if (kind < CHK_TYPE || kind > CHK_FUNCTION) {
         PyErr_Format(PyExc_ValueError, "unknown guard check kind %d", kind);
         return NULL;
     }
@@ -56,8 +56,8 @@ static PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "a builtins check takes a tuple of names and a tuple of objects");
         return NULL;
     }
-    if (weak && (!PyWeakref_Check(expected) || (kind != CHK_ID && kind != CHK_TYPE))) {
-        PyErr_SetString(PyExc_TypeError, "a weak check is an identity or type check on a weakref");
+    if (weak && (!PyWeakref_Check(expected) || (kind != CHK_ID && kind != CHK_TYPE && kind != CHK_FUNCTION))) {
+        PyErr_SetString(PyExc_TypeError, "a weak check is an identity, type or function check on a weakref");
         return NULL;
     }
     GuardCheck *c = (GuardCheck *)type->tp_alloc(type, 0);
@@ -274,6 +274,9 @@ static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
         return other != NULL && value != other;
     case CHK_BUILTINS:
         return builtins_unchanged(c, value, other);
+    case CHK_FUNCTION: /* a function of this code over these globals (`other`), whichever object it is */
+        return PyFunction_Check(value) && other != NULL && ((PyFunctionObject *)value)->func_globals == other &&
+               ((PyFunctionObject *)value)->func_code == check_target(c, dead);
     case CHK_HASATTR:
         found = has_attr(value, c->expected);
         return found < 0 ? -1 : found == (c->expected2 == Py_True);
@@ -720,7 +723,7 @@ int guards_init_types(PyObject *module)
         {"ACC_CONST", ACC_CONST}, {"ACC_DICT", ACC_DICT}, {"ACC_GLOBALS", ACC_GLOBALS}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
         {"CHK_LEN", CHK_LEN}, {"CHK_DICT_KEYS", CHK_DICT_KEYS}, {"CHK_ALIAS", CHK_ALIAS}, {"CHK_CALL", CHK_CALL},
         {"CHK_HASATTR", CHK_HASATTR}, {"CHK_CONTAINS", CHK_CONTAINS}, {"CHK_DISTINCT", CHK_DISTINCT},
-        {"CHK_BUILTINS", CHK_BUILTINS},
+        {"CHK_BUILTINS", CHK_BUILTINS}, {"CHK_FUNCTION", CHK_FUNCTION},
     };
     for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)

@@ -44,6 +44,9 @@ class GuardKind(enum.Enum):
     DISTINCT_FROM = "DISTINCT_FROM"  # value: the source of a container this one must not be
     SHAPE_ENV = "SHAPE_ENV"  # value: Python expressions over L and G relating symbolic sizes
     BUILTIN_MATCH = "BUILTIN_MATCH"  # source: a globals dict; value: a BuiltinRead
+    # a Python function of the same code over the same globals, whichever object; value: (code, the
+    # source of its globals dict)
+    FUNCTION_MATCH = "FUNCTION_MATCH"
 
     @property
     def rule(self) -> "KindRule":
@@ -559,6 +562,37 @@ class BuiltinMatch(KindRule):
 
     def dedupe_key(self, guard: Guard) -> Tuple:
         return (guard.name, guard.kind, guard.value.name)
+
+
+@rule(GuardKind.FUNCTION_MATCH)
+class FunctionMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        code, globals_source = guard.value
+        code = code() if isinstance(code, weakref.ref) else code
+        name = getattr(code, "co_qualname", "<code that has since died>")
+        return [f"type({guard.name}) is function", f"{guard.name}.__code__ is <code {name}>",
+                f"{guard.name}.__globals__ is {globals_source.name()}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        code, globals_source = guard.value
+        code = code() if isinstance(code, weakref.ref) else code
+        if type(value) is not types.FunctionType:
+            return _type_mismatch(guard.name, types.FunctionType, value)
+        if value.__code__ is not code:
+            return f"{guard.name} is a function of other code ({value.__code__.co_qualname})"
+        if value.__globals__ is not eval(globals_source.name(), scope):
+            return f"{guard.name} is a function over other globals"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        code, globals_source = guard.value
+        b.item(b.weak_check(guard.name, _C.CHK_FUNCTION, code), b.accessor(guard.source), b.accessor(globals_source))
+
+    def detach(self, value: Any) -> Any:
+        return (_weak(value[0]), value[1])
+
+    def python_terms(self, guard: Guard, index: int) -> List[str]:  # evaluates the globals' source too
+        return [f"___reason(___guards[{index}], {guard.name}, {{**___namespaces, 'L': L, 'G': G}}) is None"]
 
 
 @rule(GuardKind.SHAPE_ENV)

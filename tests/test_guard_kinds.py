@@ -64,6 +64,10 @@ def divmod_rebound():
 
 
 _divmod = divmod
+
+
+def _adder(k):
+    return lambda t: t + k
 _obj, _mod, _t = Thing(), torch.nn.Linear(2, 2), torch.randn(3)
 nothing = contextlib.nullcontext
 
@@ -104,6 +108,9 @@ CASES = {
                           "L['v'].size()[0] == L['w'].size()[0]", "shape guard failed: L['v'].size()[0] == L['w'].size()[0]"),
     GuardKind.BUILTIN_MATCH: (lambda: [Guard(GlobalsDictSource(), GuardKind.BUILTIN_MATCH, BuiltinRead("divmod", vars(builtins), _divmod))],
                               (0, 0), (0, 0), divmod_rebound, "'divmod' not in G", "builtin 'divmod' was rebound"),
+    GuardKind.FUNCTION_MATCH: (lambda: [Guard(V, GuardKind.FUNCTION_MATCH, (_adder(0).__code__, GlobalsDictSource()))],
+                               (_adder(1), 0), (lambda t: t, 0), nothing, "L['v'].__code__ is <code _adder.<locals>.<lambda>>",
+                               "L['v'] is a function of other code (<lambda>)"),
 }
 
 
@@ -188,7 +195,11 @@ def f_type(x, obj):
     return x + obj.k
 
 
-def f_id(x, fn):
+def f_id(x, cls):
+    return x * cls.k
+
+
+def f_function(x, fn):
     return fn(x)
 
 
@@ -223,7 +234,8 @@ def f_alias(a, b):
 _x = torch.randn(3)
 TRACED = {
     GuardKind.TYPE_MATCH: (f_type, (_x, Box(1)), (_x, Thing()), "L['obj'] type mismatch: expected Box, got Thing"),
-    GuardKind.ID_MATCH: (f_id, (_x, double), (_x, triple), "L['fn'] is not the object seen when compiling"),
+    GuardKind.ID_MATCH: (f_id, (_x, Thing), (_x, Other), "L['cls'] is not the object seen when compiling"),
+    GuardKind.FUNCTION_MATCH: (f_function, (_x, double), (_x, triple), "L['fn'] is a function of other code (triple)"),
     GuardKind.EQUALS_MATCH: (f_equals, (_x, 2), (_x, 3), "L['n'] value mismatch: expected 2, got 3"),
     GuardKind.TENSOR_MATCH: (f_tensor, (torch.randn(8),), (torch.randn(8, dtype=torch.float64),),
                              "L['x'] dtype mismatch: expected torch.float32, got torch.float64"),

@@ -193,3 +193,228 @@ def test_cache_limit_warning_is_issued_once_with_its_own_category():
         assert not caught
     finally:
         minidynamo.config.cache_size_limit = old
+
+
+# ---- objects new on each call, live across a graph break ----
+
+
+def _apply(fn, x):
+    _break()
+    return fn(x)
+
+
+def _lambda_passed(x):
+    return _apply(lambda t: t * 2, x) + 1
+
+
+def _closure_lambda_passed(x):
+    y = x + 1
+    return _apply(lambda t: t * y, x) - 1
+
+
+def _nested_def_passed(x):
+    def double(t):
+        return t * 2
+
+    return _apply(double, x)
+
+
+class _Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def scale(self, t):
+        return t * self.k
+
+
+def _fresh_bound_method_passed(x):
+    return _apply(_Scaler(3).scale, x)
+
+
+def _tensor_method_passed(x):
+    return _apply(x.add, x)
+
+
+class _WithDtype:
+    def dt(self):
+        _break()
+        return torch.float64
+
+    def cast(self, x):
+        return x.to(dtype=self.dt()) * 2
+
+
+def _autocast_before_break(x):
+    ctx = torch.autocast("cpu", dtype=torch.bfloat16)
+    _break()
+    with ctx:
+        return x @ x
+
+
+def _autocast_block_with_break(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _break()
+        y = x @ x
+    return y
+
+
+def _use_context(ctx, x):
+    _break()
+    with ctx:
+        return x @ x
+
+
+def _autocast_passed(x):
+    return _use_context(torch.autocast("cpu", dtype=torch.bfloat16), x)
+
+
+@contextlib.contextmanager
+def _sync_context():
+    yield
+
+
+def _apply_to_collection(data, dtype, function):
+    if isinstance(data, dtype):
+        return function(data)
+    if isinstance(data, (list, tuple)):
+        return type(data)(_apply_to_collection(d, dtype, function) for d in data)
+    return data
+
+
+class _Metric(torch.nn.Module):
+    """torchmetrics' compute: a user @contextmanager block, and a lambda handed to a helper."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.arange(3.0))
+
+    def compute(self):
+        with _sync_context():
+            value = self.total.sum()
+            value = _apply_to_collection(value, torch.Tensor, lambda t: t.clone())
+        return value
+
+
+_SQUARE = torch.randn(3, 3)
+FRESH_OBJECT_CASES = {
+    "lambda_passed": (_lambda_passed, torch.randn(3)),
+    "closure_lambda_passed": (_closure_lambda_passed, torch.randn(3)),
+    "nested_def_passed": (_nested_def_passed, torch.randn(3)),
+    "fresh_bound_method_passed": (_fresh_bound_method_passed, torch.randn(3)),
+    "tensor_method_passed": (_tensor_method_passed, torch.randn(3)),
+    "bound_method_break_in_argument": (_WithDtype().cast, torch.randn(3)),
+    "autocast_before_break": (_autocast_before_break, _SQUARE),
+    "autocast_block_with_break": (_autocast_block_with_break, _SQUARE),
+    "autocast_passed": (_autocast_passed, _SQUARE),
+    "metric_compute": (_Metric().compute,),
+}
+
+
+@pytest.mark.parametrize("case", list(FRESH_OBJECT_CASES))
+def test_object_new_on_each_call_compiles_once(case):
+    fn, *args = FRESH_OBJECT_CASES[case]
+    counts = _compiles_per_call(fn, *args, calls=12)
+    assert counts[0] > 0 and counts[1:] == [0] * 11, counts
+
+
+def _scaled_by(k):
+    return lambda t: t * k
+
+
+def _apply_twice(fn, x):
+    _break()
+    return fn(fn(x))
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_closure_contents_are_guarded(k):
+    """Functions of the same code over other closure contents: each computes with its own."""
+    x = torch.randn(3)
+    compiled = optimize(CompileCounter())(_apply_twice)
+    for scale in (k, k + 1, k, k + 1, 0.5):
+        fn = _scaled_by(scale)
+        torch.testing.assert_close(compiled(fn, x), _apply_twice(fn, x))
+
+
+def _with_default(t, k=2):
+    return t * k
+
+
+def test_defaults_and_code_are_guarded():
+    x = torch.randn(3)
+    compiled = optimize(CompileCounter())(_apply)
+    other = types.FunctionType(_with_default.__code__, globals(), "other", (5,))
+    swapped = _scaled_by(4)
+    for fn in (_with_default, other, swapped, _with_default, lambda t: t - 1):
+        torch.testing.assert_close(compiled(fn, x), _apply(fn, x))
+
+
+def _special_or_call(fn, x):
+    _break()
+    if fn is _SPECIAL:
+        return x + 100
+    return fn(x)
+
+
+def _doubler():
+    return lambda t: t * 2
+
+
+_SPECIAL = _doubler()
+
+
+def test_identity_is_guarded_where_the_trace_relies_on_it():
+    """`fn is _SPECIAL` decides on which object it is: another function of the same code is not it."""
+    x = torch.randn(3)
+    compiled = optimize(CompileCounter())(_special_or_call)
+    for fn in (_SPECIAL, _doubler(), _SPECIAL, _doubler()):
+        torch.testing.assert_close(compiled(fn, x), _special_or_call(fn, x))
+
+
+def _times_method_of_two(method, x):
+    return x * method(2)
+
+
+def test_bound_builtin_methods_are_guarded_by_name_and_owner():
+    x, items = torch.randn(3), [1, 2, 2]
+    compiled = optimize(CompileCounter())(_times_method_of_two)
+    for method in (items.count, items.index, [2, 2, 2].count, items.count):
+        torch.testing.assert_close(compiled(method, x), _times_method_of_two(method, x))
+
+
+def test_tensor_methods_passed_are_bound_to_the_right_tensor():
+    x, y = torch.randn(3), torch.randn(3)
+    compiled = optimize(CompileCounter())(_apply)
+    for method in (x.add, y.add, x.mul, y.sub):
+        torch.testing.assert_close(compiled(method, x), _apply(method, x))
+
+
+class _Marker:
+    pass
+
+
+def _is_marker(obj, x):
+    _break()
+    if obj is _MARKER:
+        return x + 1
+    return x - 1
+
+
+_MARKER = _Marker()
+
+
+@pytest.mark.skipif(REFERENCE, reason="minidynamo's cache limit and dropped entries")
+def test_entries_of_dead_identified_objects_count_toward_the_limit():
+    """An object new on each call that the trace identifies (`is`) dies after each call: its entry is
+    dropped, and the code compiles again, but only up to the cache size limit."""
+    x = torch.randn(3)
+    compiled = minidynamo.optimize("eager")(_is_marker)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", minidynamo.CacheSizeLimitWarning)
+        for _ in range(minidynamo.config.cache_size_limit + 4):
+            torch.testing.assert_close(compiled(_Marker(), x), x - 1)
+        before = minidynamo.stats()["compiled"]
+        for _ in range(5):
+            torch.testing.assert_close(compiled(_Marker(), x), x - 1)
+            torch.testing.assert_close(compiled(_MARKER, x), x + 1)
+    assert minidynamo.stats()["compiled"] == before
