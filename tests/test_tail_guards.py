@@ -71,13 +71,14 @@ def _rebound(name, value):
         setattr(builtins, name, old)
 
 
+@pytest.mark.skipif(REFERENCE, reason="torch._dynamo's own compile calls the rebound max and fails")
 def test_rebinding_builtins_max_after_compiling_runs_the_new_one():
     x = torch.ones(2)
     compiled = optimize(CompileCounter())(_max_of)
     torch.testing.assert_close(compiled(x), x * 3)
-    with _rebound("max", lambda *args: 10):
-        torch.testing.assert_close(compiled(x), _max_of(x))
-        torch.testing.assert_close(compiled(x), x * 10)
+    with _rebound("max", lambda *args: 10):  # assert_close reads max itself: compared after
+        got, want = compiled(x), _max_of(x)
+    assert torch.equal(got, want) and torch.equal(got, x * 10)
     torch.testing.assert_close(compiled(x), x * 3)
 
 
@@ -93,6 +94,7 @@ def test_rebinding_builtins_print_after_compiling_calls_the_new_one(capsys):
     assert capsys.readouterr().out.count("value") == 2
 
 
+@pytest.mark.skipif(REFERENCE, reason="torch._dynamo does not guard a global shadowing a builtin")
 def test_global_shadowing_a_builtin_added_after_compiling():
     x, items = torch.ones(2), [1, 2]
     compiled = optimize(CompileCounter())(_len_of)
@@ -131,6 +133,7 @@ def _module_with_builtins(name, own_builtins):
     return module
 
 
+@pytest.mark.skipif(REFERENCE, reason="torch._dynamo reads the caller's builtins")
 def test_builtins_of_another_module_are_the_ones_read():
     """A function inlined from a module with its own `__builtins__` reads those (as CPython does),
     and a later change to them is seen."""
@@ -310,7 +313,13 @@ FRESH_OBJECT_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(FRESH_OBJECT_CASES))
+# torch._dynamo counts these frames' graphs differently, or (autocast passed on) recompiles on each call
+_REFERENCE_DIFFERS = {"tensor_method_passed", "bound_method_break_in_argument", "autocast_passed"}
+
+
+@pytest.mark.parametrize("case", [
+    pytest.param(c, marks=pytest.mark.skipif(REFERENCE and c in _REFERENCE_DIFFERS, reason="torch._dynamo differs"))
+    for c in FRESH_OBJECT_CASES])
 def test_object_new_on_each_call_compiles_once(case):
     fn, *args = FRESH_OBJECT_CASES[case]
     counts = _compiles_per_call(fn, *args, calls=12)
@@ -363,6 +372,7 @@ def _doubler():
 _SPECIAL = _doubler()
 
 
+@pytest.mark.skipif(REFERENCE, reason="torch._dynamo guards the function by code and folds `is`")
 def test_identity_is_guarded_where_the_trace_relies_on_it():
     """`fn is _SPECIAL` decides on which object it is: another function of the same code is not it."""
     x = torch.randn(3)
