@@ -222,6 +222,29 @@ def _nested_def_passed(x):
     return _apply(double, x)
 
 
+def _stored_then_break(fn, x):
+    g = fn
+    _break()
+    return g(x)
+
+
+def _lambda_stored_in_another_local(x):
+    return _stored_then_break(lambda t: t + 3, x)
+
+
+def _through_break(x):
+    _break()
+    return x
+
+
+def _called_on_break(fn, x):
+    return fn(_through_break(x))  # fn is on the stack at the break
+
+
+def _lambda_on_the_stack_at_a_break(x):
+    return _called_on_break(lambda t: t - 3, x)
+
+
 class _Scaler:
     def __init__(self, k):
         self.k = k
@@ -303,6 +326,8 @@ FRESH_OBJECT_CASES = {
     "lambda_passed": (_lambda_passed, torch.randn(3)),
     "closure_lambda_passed": (_closure_lambda_passed, torch.randn(3)),
     "nested_def_passed": (_nested_def_passed, torch.randn(3)),
+    "lambda_stored_in_another_local": (_lambda_stored_in_another_local, torch.randn(3)),
+    "lambda_on_the_stack_at_a_break": (_lambda_on_the_stack_at_a_break, torch.randn(3)),
     "fresh_bound_method_passed": (_fresh_bound_method_passed, torch.randn(3)),
     "tensor_method_passed": (_tensor_method_passed, torch.randn(3)),
     "bound_method_break_in_argument": (_WithDtype().cast, torch.randn(3)),

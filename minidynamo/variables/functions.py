@@ -119,7 +119,7 @@ class BaseUserFunctionVariable(VariableTracker):
         if getattr(self, "fn", None) is collections.abc.Mapping.__contains__ and not kwargs:
             return _mapping_contains(tx, *args)
         if getattr(self, "fn", None) in _EVALUATED_ON_REAL_OBJECTS and not kwargs:
-            if any(isinstance(a, UserFunctionVariable) and not a.identity_known() for a in args):
+            if not all(a.identity_known() for a in args if isinstance(a, UserFunctionVariable)):
                 unimplemented(f"{self.fn.__name__}() of a function that is a new object on each call")
             reals = [a.real_value() if a.real_value() is not None else a for a in args]
             if all(not isinstance(r, VariableTracker) for r in reals):
@@ -151,14 +151,19 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         self.by_structure = by_structure
         self.guard_identity = guard_identity
 
+    @property
+    def new_each_call(self) -> bool:
+        """Made by the frame: which object it is cannot be relied on."""
+        return self.by_structure and self.guard_identity is None
+
     def identity_known(self) -> bool:
-        """Whether the trace may rely on which object the function is (guarding it if need be)."""
-        if not self.by_structure:
-            return True
-        if self.guard_identity is None:
-            return False
-        self.guard_identity()
-        return True
+        """Whether the trace may rely on which object the function is, guarding it if need be."""
+        if self.by_structure and self.guard_identity is not None:
+            self.guard_identity()
+        return not self.new_each_call
+
+    def is_python_constant(self) -> bool:  # asking guards nothing: using the constant does
+        return not self.new_each_call
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         if getattr(self.fn, "_dynamo_marked_constant", False):

@@ -454,7 +454,7 @@ def is_new_each_call(vt: VariableTracker) -> bool:
     generated code (a slice, a module constructed or a function defined in the frame) or known to be so."""
     if isinstance(vt, NNModuleVariable) and vt.by_structure:
         return True
-    if isinstance(vt, UserFunctionVariable) and not vt.identity_known():
+    if isinstance(vt, UserFunctionVariable) and vt.new_each_call:
         return True
     if isinstance(vt, NestedUserFunctionVariable):
         return True
