@@ -83,8 +83,8 @@ class GuardSetBuilder:
         self.weak_checks: List[Any] = []
         self.tensors: List[Guard] = []
         self.values: Dict[str, Any] = {}  # what each source read so far names, by name
-        # (globals accessor, builtins dict accessor) -> {builtin name: the object read}
-        self.builtins: Dict[Tuple[int, int], Dict[str, Any]] = {}
+        # (globals source, builtins dict source) -> {builtin name: the object read}
+        self.builtins: Dict[Tuple[Source, Source], Dict[str, Any]] = {}
 
     def value_of(self, source: Source) -> Any:
         return read_value(source, self.scope, self.values)
@@ -168,25 +168,26 @@ class GuardSetBuilder:
     def builtin_read(self, globals_source: Source, builtins_dict: Dict[str, Any], name: str, obj: Any) -> None:
         """A builtin the trace read through these globals: all those of one globals and builtins
         dict pair become one check (see `_builtin_checks`)."""
-        builtins_acc = self.accessor(ModuleGlobalsSource(f"___builtins_{id(builtins_dict):x}", builtins_dict))
-        self.builtins.setdefault((self.accessor(globals_source), builtins_acc), {})[name] = obj
+        builtins_source = ModuleGlobalsSource(f"___builtins_{id(builtins_dict):x}", builtins_dict)
+        self.builtins.setdefault((globals_source, builtins_source), {})[name] = obj
 
     def _builtin_checks(self) -> None:
         """One check per globals and builtins dict pair: unchanged dicts (their version tags) pass at
         once; after a write to either, each name is looked up again."""
-        for (globals_acc, builtins_acc), reads in self.builtins.items():
+        for (globals_source, builtins_source), reads in self.builtins.items():
             names, objects = tuple(reads), tuple(reads.values())
-            key = ("builtins", globals_acc, builtins_acc, names, tuple(map(id, objects)))
+            key = ("builtins", globals_source.name(), builtins_source.name(), names, tuple(map(id, objects)))
             check = self.check(key, _C.CHK_BUILTINS, names, expected2=objects)  # holds the objects: ids stay theirs
-            self.item(check, globals_acc, builtins_acc)
+            self.item(check, self.accessor(globals_source), self.accessor(builtins_source))
 
     def add_tensor(self, guard: Guard) -> None:
         self.accessor(guard.source)
         self.tensors.append(guard)
 
-    def weak_check(self, name: str, kind: int, value: Any) -> Any:
-        """An identity (or type) check that holds its object weakly: the entry dies with it."""
-        key = (name, kind, id(value))
+    def weak_check(self, name: str, kind: int, value: Any, other: str = "") -> Any:
+        """An identity (or type) check that holds its object weakly: the entry dies with it. `other`:
+        the source of the second value the check compares (checks are shared only when it is the same)."""
+        key = (name, kind, id(value), other)
         known = self.shared.get(key)
         if known is not None:
             target = known.expected() if isinstance(known.expected, weakref.ref) else known.expected

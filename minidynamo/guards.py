@@ -586,7 +586,8 @@ class FunctionMatch(KindRule):
 
     def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
         code, globals_source = guard.value
-        b.item(b.weak_check(guard.name, _C.CHK_FUNCTION, code), b.accessor(guard.source), b.accessor(globals_source))
+        check = b.weak_check(guard.name, _C.CHK_FUNCTION, code, globals_source.name())
+        b.item(check, b.accessor(guard.source), b.accessor(globals_source))
 
     def detach(self, value: Any) -> Any:
         return (_weak(value[0]), value[1])

@@ -383,6 +383,22 @@ def test_defaults_and_code_are_guarded():
         torch.testing.assert_close(compiled(fn, x), _apply(fn, x))
 
 
+_K = 2
+
+
+def _times_k(t):
+    return t * _K
+
+
+def test_globals_of_a_function_are_guarded():
+    """The same code over other globals reads those: another function, not the one traced."""
+    x = torch.randn(3)
+    compiled = optimize(CompileCounter())(_apply)
+    other = types.FunctionType(_times_k.__code__, {"_K": 5, "__builtins__": builtins}, "other")
+    for fn in (_times_k, other, _times_k, other):
+        torch.testing.assert_close(compiled(fn, x), _apply(fn, x))
+
+
 def _special_or_call(fn, x):
     _break()
     if fn is _SPECIAL:
