@@ -261,6 +261,16 @@ def _tensor_method_passed(x):
     return _apply(x.add, x)
 
 
+def _float64_after_break():
+    _break()
+    return torch.float64
+
+
+def _bound_tensor_method_in_a_local(x):
+    to = x.to  # a new bound method on each call, on the stack at the break
+    return to(dtype=_float64_after_break()) * 2
+
+
 class _WithDtype:
     def dt(self):
         _break()
@@ -330,6 +340,7 @@ FRESH_OBJECT_CASES = {
     "lambda_on_the_stack_at_a_break": (_lambda_on_the_stack_at_a_break, torch.randn(3)),
     "fresh_bound_method_passed": (_fresh_bound_method_passed, torch.randn(3)),
     "tensor_method_passed": (_tensor_method_passed, torch.randn(3)),
+    "bound_tensor_method_in_a_local": (_bound_tensor_method_in_a_local, torch.randn(3)),
     "bound_method_break_in_argument": (_WithDtype().cast, torch.randn(3)),
     "autocast_before_break": (_autocast_before_break, _SQUARE),
     "autocast_block_with_break": (_autocast_block_with_break, _SQUARE),
@@ -461,7 +472,7 @@ def test_entries_of_dead_identified_objects_count_toward_the_limit():
     x = torch.randn(3)
     compiled = minidynamo.optimize("eager")(_is_marker)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", minidynamo.CacheSizeLimitWarning)
+        warnings.simplefilter("error")  # the limit's warning, turned into an error, stays out of the call
         for _ in range(minidynamo.config.cache_size_limit + 4):
             torch.testing.assert_close(compiled(_Marker(), x), x - 1)
         before = minidynamo.stats()["compiled"]
