@@ -350,7 +350,8 @@ FRESH_OBJECT_CASES = {
 
 
 # torch._dynamo counts these frames' graphs differently, or (autocast passed on) recompiles on each call
-_REFERENCE_DIFFERS = {"tensor_method_passed", "bound_method_break_in_argument", "autocast_passed"}
+_REFERENCE_DIFFERS = {"tensor_method_passed", "bound_tensor_method_in_a_local", "bound_method_break_in_argument",
+                      "autocast_passed"}
 
 
 @pytest.mark.parametrize("case", [
@@ -401,6 +402,7 @@ def _times_k(t):
     return t * _K
 
 
+@pytest.mark.skipif(REFERENCE, reason="torch._dynamo guards a function by its code alone")
 def test_globals_of_a_function_are_guarded():
     """The same code over other globals reads those: another function, not the one traced."""
     x = torch.randn(3)
