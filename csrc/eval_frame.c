@@ -124,7 +124,9 @@ static CacheEntry *find_entry(CodeExtra *extra, struct _PyInterpreterFrame *f, P
     return found;
 }
 
-/* Once per code object: the Python hook (which can say which guard failed) or a plain warning. */
+/* Once per code object: the Python hook (which can say which guard failed) or a plain warning.
+ * The warning is never raised into the call: one that a filter turns into an error is dropped
+ * (a KeyboardInterrupt meanwhile is not). */
 static int warn_cache_limit(CodeExtra *extra, struct _PyInterpreterFrame *f)
 {
     PyCodeObject *code = frame_code(f);
@@ -138,16 +140,18 @@ static int warn_cache_limit(CodeExtra *extra, struct _PyInterpreterFrame *f)
         PyObject *r = info != NULL ? PyObject_CallOneArg(cache_limit_hook, info) : NULL;
         Py_XDECREF(info);
         Py_XDECREF(r);
-        tls_busy = 0;
-        return r == NULL ? -1 : 0;
+    } else {
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "minidynamo: function '%U' (%U:%d) reached the cache size limit "
+                         "(%d entries); it now runs without compiling",
+                         code->co_qualname, code->co_filename, code->co_firstlineno, cache_size_limit);
     }
-    int rc = PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                            "minidynamo: function '%U' (%U:%d) reached the cache size limit "
-                            "(%d entries); it now runs without compiling",
-                            code->co_qualname, code->co_filename, code->co_firstlineno,
-                            cache_size_limit);
     tls_busy = 0;
-    return rc;
+    if (PyErr_Occurred() == NULL || PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
 }
 
 /* Installs the callback's GuardedCode (an object with .code and .check_fn) as a new entry. */

@@ -9,8 +9,9 @@
 
 #include <structmember.h>
 
-enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST, ACC_DICT };
-enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL, CHK_HASATTR, CHK_CONTAINS, CHK_DISTINCT };
+enum { ACC_LOCAL, ACC_GLOBAL, ACC_ATTR, ACC_ITEM, ACC_CONST, ACC_DICT, ACC_GLOBALS };
+enum { CHK_TYPE, CHK_ID, CHK_EQUALS, CHK_LEN, CHK_DICT_KEYS, CHK_ALIAS, CHK_CALL, CHK_HASATTR, CHK_CONTAINS, CHK_DISTINCT,
+       CHK_BUILTINS, CHK_FUNCTION };
 
 #define STACK_VALUES 64
 
@@ -26,10 +27,12 @@ unsigned long long guards_next_epoch(void)
 typedef struct {
     PyObject_HEAD
     int kind;
-    int weak;             /* CHK_ID, CHK_TYPE: `expected` is a weak reference to the object */
-    PyObject *expected;   /* type, object, value, tuple of keys, callable, attribute name or key, by kind */
-    PyObject *expected2;  /* CHK_CALL: the result `expected()` must be; CHK_HASATTR, CHK_CONTAINS: present */
+    int weak;             /* CHK_ID, CHK_TYPE, CHK_FUNCTION: `expected` is a weak reference to the object */
+    PyObject *expected;   /* type, object, value, tuple of keys, callable, attribute name or key, code, by kind */
+    PyObject *expected2;  /* CHK_CALL: the result `expected()` must be; CHK_HASATTR, CHK_CONTAINS: present;
+                           * CHK_BUILTINS: the objects of the names in `expected` */
     Py_ssize_t length;    /* CHK_LEN */
+    uint64_t versions[2]; /* CHK_BUILTINS: the globals' and builtins' version tags when last found unchanged */
     unsigned long long passed_epoch;
 } GuardCheck;
 
@@ -44,12 +47,17 @@ static PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iO|Onp:GuardCheck", names, &kind, &expected, &expected2,
                                      &length, &weak))
         return NULL;
-    if (kind < CHK_TYPE || kind > CHK_DISTINCT) {
+    if (kind < CHK_TYPE || kind > CHK_FUNCTION) {
         PyErr_Format(PyExc_ValueError, "unknown guard check kind %d", kind);
         return NULL;
     }
-    if (weak && (!PyWeakref_Check(expected) || (kind != CHK_ID && kind != CHK_TYPE))) {
-        PyErr_SetString(PyExc_TypeError, "a weak check is an identity or type check on a weakref");
+    if (kind == CHK_BUILTINS && (!PyTuple_Check(expected) || !PyTuple_Check(expected2) ||
+                                 PyTuple_GET_SIZE(expected) != PyTuple_GET_SIZE(expected2))) {
+        PyErr_SetString(PyExc_TypeError, "a builtins check takes a tuple of names and a tuple of objects");
+        return NULL;
+    }
+    if (weak && (!PyWeakref_Check(expected) || (kind != CHK_ID && kind != CHK_TYPE && kind != CHK_FUNCTION))) {
+        PyErr_SetString(PyExc_TypeError, "a weak check is an identity, type or function check on a weakref");
         return NULL;
     }
     GuardCheck *c = (GuardCheck *)type->tp_alloc(type, 0);
@@ -215,6 +223,27 @@ static int has_attr(PyObject *obj, PyObject *name)
     return found;
 }
 
+/* None of the names is a global, and each builtin is still the object read. A dict's version tag
+ * changes on every write to it: while neither dict was written, the names are not looked up. */
+static int builtins_unchanged(GuardCheck *c, PyObject *globals, PyObject *builtins)
+{
+    if (globals == NULL || builtins == NULL || !PyDict_Check(globals) || !PyDict_Check(builtins))
+        return 0;
+    uint64_t versions[2] = {((PyDictObject *)globals)->ma_version_tag, ((PyDictObject *)builtins)->ma_version_tag};
+    if (versions[0] == c->versions[0] && versions[1] == c->versions[1])
+        return 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c->expected); i++) {
+        PyObject *name = PyTuple_GET_ITEM(c->expected, i);
+        if (PyDict_GetItemWithError(globals, name) != NULL)
+            return 0;
+        if (PyErr_Occurred() || PyDict_GetItemWithError(builtins, name) != PyTuple_GET_ITEM(c->expected2, i))
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    c->versions[0] = versions[0];
+    c->versions[1] = versions[1];
+    return 1;
+}
+
 /* 1 pass, 0 fail, -1 error; `other` is the second value of CHK_ALIAS and CHK_DISTINCT. `*dead` is set when a
  * weakly held object has died (the entry can never pass again). */
 static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
@@ -243,6 +272,11 @@ static int run_check(GuardCheck *c, PyObject *value, PyObject *other, int *dead)
         return other != NULL && value == other;
     case CHK_DISTINCT:
         return other != NULL && value != other;
+    case CHK_BUILTINS:
+        return builtins_unchanged(c, value, other);
+    case CHK_FUNCTION: /* a function of this code over these globals (`other`), whichever object it is */
+        return PyFunction_Check(value) && other != NULL && ((PyFunctionObject *)value)->func_globals == other &&
+               ((PyFunctionObject *)value)->func_code == check_target(c, dead);
     case CHK_HASATTR:
         found = has_attr(value, c->expected);
         return found < 0 ? -1 : found == (c->expected2 == Py_True);
@@ -319,6 +353,9 @@ static PyObject *fetch(GuardSet *gs, Env *env, int i)
         break;
     case ACC_CONST:
         v = Py_NewRef(a->key);
+        break;
+    case ACC_GLOBALS:
+        v = Py_XNewRef(env->globals);
         break;
     case ACC_ATTR:
         parent = fetch(gs, env, a->parent);
@@ -683,9 +720,10 @@ int guards_init_types(PyObject *module)
         return -1;
     static const struct { const char *name; int value; } constants[] = {
         {"ACC_LOCAL", ACC_LOCAL}, {"ACC_GLOBAL", ACC_GLOBAL}, {"ACC_ATTR", ACC_ATTR}, {"ACC_ITEM", ACC_ITEM},
-        {"ACC_CONST", ACC_CONST}, {"ACC_DICT", ACC_DICT}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
+        {"ACC_CONST", ACC_CONST}, {"ACC_DICT", ACC_DICT}, {"ACC_GLOBALS", ACC_GLOBALS}, {"CHK_TYPE", CHK_TYPE}, {"CHK_ID", CHK_ID}, {"CHK_EQUALS", CHK_EQUALS},
         {"CHK_LEN", CHK_LEN}, {"CHK_DICT_KEYS", CHK_DICT_KEYS}, {"CHK_ALIAS", CHK_ALIAS}, {"CHK_CALL", CHK_CALL},
         {"CHK_HASATTR", CHK_HASATTR}, {"CHK_CONTAINS", CHK_CONTAINS}, {"CHK_DISTINCT", CHK_DISTINCT},
+        {"CHK_BUILTINS", CHK_BUILTINS}, {"CHK_FUNCTION", CHK_FUNCTION},
     };
     for (size_t i = 0; i < sizeof(constants) / sizeof(constants[0]); i++)
         if (PyModule_AddIntConstant(module, constants[i].name, constants[i].value) < 0)

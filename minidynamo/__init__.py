@@ -4,6 +4,7 @@ from .backends import list_backends, lookup_backend, register_backend
 from .compile_api import OptimizedModule, compile
 from .counters import stats
 from .dynamic_shapes import mark_dynamic, mark_static
+from .exc import CacheSizeLimitWarning
 from .explain import ExplainOutput, explain
 from .frame_hook import GuardedCode
 from .eval_frame import disable, optimize, optimize_with_callback, reset, run
@@ -12,6 +13,7 @@ from .perf import profile
 from .verify import VerifyError
 
 __all__ = [
+    "CacheSizeLimitWarning",
     "ExplainOutput",
     "GuardedCode",
     "OptimizedModule",

@@ -16,14 +16,14 @@ import torch
 
 from . import _C, config
 from .counters import counters
-from .exc import REFUSALS, Unsupported
+from .exc import REFUSALS, CacheSizeLimitWarning, Unsupported
 from .frame_hook import GuardedCode
 from .global_state import GlobalState, resume_saved_tensors_hooks, suspend_saved_tensors_hooks
 from .guard_set import build_check_function, dropped_entries
 from .guards import CheckFunction
 from .frame_codegen import transformed_code
 from .output_graph import OutputGraph
-from .resume_execution import frame_name, is_resume_function
+from .resume_execution import frame_name
 from .skip_policy import frame_skip_reason
 from .symbolic_convert import InstructionTranslator
 
@@ -68,24 +68,30 @@ def dropped_entry_reason(code: types.CodeType) -> Optional[str]:
 
 
 def reached_limit_by_dropping(code: types.CodeType) -> bool:
-    """Whether a resume function's live and dropped entries reach the cache size limit: its arguments
-    come from the frame before it, and an object new on each call that one of them still identifies
-    would otherwise compile it again on every call, forever."""
-    if not is_resume_function(code) or code not in dropped_entries:
+    """Whether the live and dropped entries of this code reach the cache size limit: an object new on
+    each call that an identity guard names (an argument made by the caller, a value handed on to a
+    resume function) dies after each call, and would otherwise compile the code again, forever."""
+    if code not in dropped_entries:
         return False
     return len(_C.get_cache_entries(code)) + dropped_entries[code][0] >= _C.get_cache_size_limit()
 
 
 def _on_cache_limit(frame: Any) -> None:
+    """Warn (once per code object: it then runs unconverted) that the code reached the limit. The
+    warning is the user's to filter; one that a filter turns into an error is not raised into the call."""
     code = frame.f_code
     reason = recompile_reason(frame) or dropped_entry_reason(code)
-    warnings.warn(
-        f"minidynamo: function '{code.co_qualname}' ({code.co_filename}:{code.co_firstlineno}) reached the cache "
-        f"size limit ({_C.get_cache_size_limit()} entries); it now runs without compiling. "
-        f"Last guard failure: {reason}",
-        RuntimeWarning,
-        stacklevel=2,
-    )
+    try:
+        warnings.warn(
+            f"minidynamo: function '{code.co_qualname}' ({code.co_filename}:{code.co_firstlineno}) reached the cache "
+            f"size limit ({_C.get_cache_size_limit()} entries); it now runs without compiling. "
+            f"Last guard failure: {reason}",
+            CacheSizeLimitWarning,
+            stacklevel=2,
+        )
+    except Exception:  # noqa: BLE001 - `-W error`: the call goes on as it would have
+        log.warning("minidynamo: %s reached the cache size limit (the warning was turned into an error)",
+                    code.co_qualname)
 
 
 _C.set_cache_limit_hook(_on_cache_limit)

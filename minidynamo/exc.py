@@ -54,6 +54,11 @@ class ForbiddenCallable(AssertionError):
 REFUSALS = (BackendCompilerFailed, ForbiddenCallable, ConstraintViolationError)
 
 
+class CacheSizeLimitWarning(RuntimeWarning):
+    """A function reached the cache size limit and now runs without compiling (issued once per code
+    object; filter it with `warnings.filterwarnings("ignore", category=CacheSizeLimitWarning)`)."""
+
+
 def unimplemented(msg: str) -> NoReturn:
     raise Unsupported(msg)
 

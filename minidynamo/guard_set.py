@@ -19,8 +19,8 @@ from torch._C._dynamo.guards import TensorGuards
 from . import _C
 from .guards import CheckFunction, Guard, GuardKind, NotExpressible, detach_value, reason_for
 from .module_lookup import class_attribute, module_item_source
-from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalSource, KeyedBySourceItemSource,
-                     LocalSource, ModuleGlobalsSource, Source, read_value)
+from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalsDictSource, GlobalSource,
+                     KeyedBySourceItemSource, LocalSource, ModuleGlobalsSource, Source, read_value)
 
 # per code object: check key -> (GuardCheck, GuardSets using it)
 _shared: "weakref.WeakKeyDictionary[types.CodeType, Dict[Tuple, Any]]" = weakref.WeakKeyDictionary()
@@ -83,6 +83,8 @@ class GuardSetBuilder:
         self.weak_checks: List[Any] = []
         self.tensors: List[Guard] = []
         self.values: Dict[str, Any] = {}  # what each source read so far names, by name
+        # (globals source, builtins dict source) -> {builtin name: the object read}
+        self.builtins: Dict[Tuple[Source, Source], Dict[str, Any]] = {}
 
     def value_of(self, source: Source) -> Any:
         return read_value(source, self.scope, self.values)
@@ -111,6 +113,8 @@ class GuardSetBuilder:
             return (_C.ACC_GLOBAL, -1, source.global_name, 0)
         if isinstance(source, ModuleGlobalsSource):
             return (_C.ACC_CONST, -1, source.namespace, 0)
+        if isinstance(source, GlobalsDictSource):
+            return (_C.ACC_GLOBALS, -1, None, 0)
         if isinstance(source, (AttrSource, GetItemSource)):
             entry = module_item_source(self.value_of(source.base), source)
             if entry is not None:  # an item of the dict Python reads it from, not a getattr through the class
@@ -161,13 +165,29 @@ class GuardSetBuilder:
         """Check `check` on the values of accessors `acc` (and `acc2`) on every lookup."""
         self.items.append((check, acc, acc2))
 
+    def builtin_read(self, globals_source: Source, builtins_dict: Dict[str, Any], name: str, obj: Any) -> None:
+        """A builtin the trace read through these globals: all those of one globals and builtins
+        dict pair become one check (see `_builtin_checks`)."""
+        builtins_source = ModuleGlobalsSource(f"___builtins_{id(builtins_dict):x}", builtins_dict)
+        self.builtins.setdefault((globals_source, builtins_source), {})[name] = obj
+
+    def _builtin_checks(self) -> None:
+        """One check per globals and builtins dict pair: unchanged dicts (their version tags) pass at
+        once; after a write to either, each name is looked up again."""
+        for (globals_source, builtins_source), reads in self.builtins.items():
+            names, objects = tuple(reads), tuple(reads.values())
+            key = ("builtins", globals_source.name(), builtins_source.name(), names, tuple(map(id, objects)))
+            check = self.check(key, _C.CHK_BUILTINS, names, expected2=objects)  # holds the objects: ids stay theirs
+            self.item(check, self.accessor(globals_source), self.accessor(builtins_source))
+
     def add_tensor(self, guard: Guard) -> None:
         self.accessor(guard.source)
         self.tensors.append(guard)
 
-    def weak_check(self, name: str, kind: int, value: Any) -> Any:
-        """An identity (or type) check that holds its object weakly: the entry dies with it."""
-        key = (name, kind, id(value))
+    def weak_check(self, name: str, kind: int, value: Any, other: str = "") -> Any:
+        """An identity (or type) check that holds its object weakly: the entry dies with it. `other`:
+        the source of the second value the check compares (checks are shared only when it is the same)."""
+        key = (name, kind, id(value), other)
         known = self.shared.get(key)
         if known is not None:
             target = known.expected() if isinstance(known.expected, weakref.ref) else known.expected
@@ -210,6 +230,7 @@ class GuardSetBuilder:
                 guard.kind.rule.lower(guard, self)
             except NotExpressible:
                 in_python.append(guard)
+        self._builtin_checks()
         tensor_check, tensor_accessors = self._tensor_check()
         fallback = _python_check([detach_value(g) for g in in_python], self.namespaces) if in_python else None
         guard_set = _C.GuardSet(self.accessors, self.items, tensor_check, tensor_accessors, fallback)

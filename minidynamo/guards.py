@@ -43,6 +43,10 @@ class GuardKind(enum.Enum):
     ALIAS_OF = "ALIAS_OF"  # value: the source of the tensor or container this one must be
     DISTINCT_FROM = "DISTINCT_FROM"  # value: the source of a container this one must not be
     SHAPE_ENV = "SHAPE_ENV"  # value: Python expressions over L and G relating symbolic sizes
+    BUILTIN_MATCH = "BUILTIN_MATCH"  # source: a globals dict; value: a BuiltinRead
+    # a Python function of the same code over the same globals, whichever object; value: (code, the
+    # source of its globals dict)
+    FUNCTION_MATCH = "FUNCTION_MATCH"
 
     @property
     def rule(self) -> "KindRule":
@@ -84,6 +88,15 @@ class Guard:
 
     def __str__(self) -> str:
         return f"{self.name or '<global state>'}: {self.kind.value}  ({'; '.join(self.code_list)})"
+
+
+@dataclass(frozen=True)
+class BuiltinRead:
+    """A builtin the trace read: `name` is not a global and `namespace` (a builtins dict) holds `obj`."""
+
+    name: str
+    namespace: Dict[str, Any] = field(repr=False, compare=False)
+    obj: Any = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -527,6 +540,60 @@ class GlobalStateMatch(KindRule):
         b.item(b.check(("", "global state", torch_state), _C.CHK_CALL, state.torch_guard.check, expected2=True))
         for (name, read), expected in zip(_EXTRA_STATE, state.extra):
             b.item(b.check(("", name, expected), _C.CHK_CALL, read, expected2=expected))
+
+
+@rule(GuardKind.BUILTIN_MATCH)
+class BuiltinMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        read: BuiltinRead = guard.value
+        return [f"{read.name!r} not in {guard.name}", f"builtins[{read.name!r}] is <{_type_name(type(read.obj))} object>"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        read: BuiltinRead = guard.value
+        if read.name in value:
+            return f"{guard.name} now has a global {read.name!r}, which shadows the builtin"
+        if read.namespace.get(read.name) is not read.obj:
+            return f"builtin {read.name!r} was rebound"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        read: BuiltinRead = guard.value
+        b.builtin_read(guard.source, read.namespace, read.name, read.obj)
+
+    def dedupe_key(self, guard: Guard) -> Tuple:
+        return (guard.name, guard.kind, guard.value.name)
+
+
+@rule(GuardKind.FUNCTION_MATCH)
+class FunctionMatch(KindRule):
+    def render(self, guard: Guard) -> List[str]:
+        code, globals_source = guard.value
+        code = code() if isinstance(code, weakref.ref) else code
+        name = getattr(code, "co_qualname", "<code that has since died>")
+        return [f"type({guard.name}) is function", f"{guard.name}.__code__ is <code {name}>",
+                f"{guard.name}.__globals__ is {globals_source.name()}"]
+
+    def reason(self, guard: Guard, value: Any, scope: Dict[str, Any]) -> Optional[str]:
+        code, globals_source = guard.value
+        code = code() if isinstance(code, weakref.ref) else code
+        if type(value) is not types.FunctionType:
+            return _type_mismatch(guard.name, types.FunctionType, value)
+        if value.__code__ is not code:
+            return f"{guard.name} is a function of other code ({value.__code__.co_qualname})"
+        if value.__globals__ is not eval(globals_source.name(), scope):
+            return f"{guard.name} is a function over other globals"
+        return None
+
+    def lower(self, guard: Guard, b: "GuardSetBuilder") -> None:
+        code, globals_source = guard.value
+        check = b.weak_check(guard.name, _C.CHK_FUNCTION, code, globals_source.name())
+        b.item(check, b.accessor(guard.source), b.accessor(globals_source))
+
+    def detach(self, value: Any) -> Any:
+        return (_weak(value[0]), value[1])
+
+    def python_terms(self, guard: Guard, index: int) -> List[str]:  # evaluates the globals' source too
+        return [f"___reason(___guards[{index}], {guard.name}, {{**___namespaces, 'L': L, 'G': G}}) is None"]
 
 
 @rule(GuardKind.SHAPE_ENV)

@@ -36,7 +36,7 @@ from .side_effects import SideEffects
 from .exc import BackendCompilerFailed, unimplemented
 from .guards import Guard, GuardKind, capture_global_state
 from .module_lookup import direct_source
-from .source import AttrSource, Source, read_value
+from .source import AttrSource, ModuleGlobalsSource, Source, read_value
 from .variables.base import VariableTracker
 from .variables.constant import ConstantVariable, is_constant_value
 from .variables.dicts import ConstDictVariable
@@ -137,6 +137,18 @@ class OutputGraph:
 
     def add_guard(self, guard: Guard) -> None:
         self.guards.setdefault(guard.dedupe_key, guard)
+
+    def namespace_source(self, prefix: str, namespace: Dict[str, Any]) -> Source:
+        """How guards and generated code reach a namespace dict other than the frame's globals (another
+        module's globals, prefix "G"; a builtins dict, "B"): one scope each, kept alive by `namespaces`."""
+        known = self.module_globals_sources.get(id(namespace))
+        if known is not None:
+            return known
+        module_name = str(namespace.get("__name__", "module"))
+        scope_name = f"{prefix}_" + "".join(c if c.isalnum() else "_" for c in module_name) + f"_{id(namespace):x}"
+        self.namespaces[scope_name] = namespace
+        source = self.module_globals_sources[id(namespace)] = ModuleGlobalsSource(scope_name, namespace)
+        return source
 
     def fake_mode(self, tx, symbolic: bool = False) -> _TraceFakeMode:
         """The fake mode of this trace, made on first use: with a shape env when some input may get

@@ -83,6 +83,17 @@ class GlobalSource(Source):
 
 
 @dataclass(frozen=True)
+class GlobalsDictSource(Source):
+    """The frame's globals dict itself (where a builtin read must stay absent)."""
+
+    def expression(self) -> str:
+        return "G"
+
+    def is_global(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
 class ModuleGlobalsSource(Source):
     """The globals dict of another module (a function inlined from there reads its globals)."""
 

@@ -7,6 +7,7 @@ runs a called user function inside its caller's graph.
 """
 from __future__ import annotations
 
+import builtins
 import inspect
 import linecache
 import operator
@@ -22,8 +23,9 @@ from .resume_execution import fresh_arguments, frame_name
 from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .frame_codegen import BreakEnding, FrameEnding, ReturnEnding
 from .global_state import GlobalState
+from .guards import BuiltinRead, Guard, GuardKind
 from .output_graph import OutputGraph
-from .source import GetItemSource, GlobalSource, LocalSource, ModuleGlobalsSource, Source
+from .source import GetItemSource, GlobalsDictSource, GlobalSource, LocalSource, Source
 from .variables import (
     BaseUserFunctionVariable,
     BoundMethodCall,
@@ -51,6 +53,9 @@ from .variables.lists import GeneratorVariable, iterate
 from .variables.sym import make_slice
 
 _TRACING_NOTE = "while minidynamo traced:"
+# The builtins as the interpreter started with them: one read is guarded by BUILTIN_MATCH alone;
+# another object (rebound by the program, or a module's own builtins) is wrapped with its source.
+_INTERPRETER_BUILTINS = dict(vars(builtins))
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
 
@@ -230,7 +235,12 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             return self.wrap(self.f_globals[name], self.global_source(name))
         builtins_ns = self.f_builtins if isinstance(self.f_builtins, dict) else vars(self.f_builtins)
         if name in builtins_ns:
-            return self.wrap(builtins_ns[name])
+            value = builtins_ns[name]
+            globals_dict = self.globals_source or GlobalsDictSource()
+            self.output.add_guard(Guard(globals_dict, GuardKind.BUILTIN_MATCH, BuiltinRead(name, builtins_ns, value)))
+            if _INTERPRETER_BUILTINS.get(name, self) is value:  # what it is, the guard above says
+                return self.wrap(value)
+            return self.wrap(value, GetItemSource(self.output.namespace_source("B", builtins_ns), name))
         unimplemented(f"name '{name}' is not defined")
 
     def LOAD_FAST(self, inst: Instr) -> None:
@@ -426,14 +436,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             return self.globals_source
         if f_globals is self.root_globals():
             return None
-        known = self.output.module_globals_sources.get(id(f_globals))  # its namespaces entry keeps it alive
-        if known is not None:
-            return known
-        module_name = str(f_globals.get("__name__", "module"))
-        scope_name = "G_" + "".join(c if c.isalnum() else "_" for c in module_name) + f"_{id(f_globals):x}"
-        self.output.namespaces[scope_name] = f_globals
-        source = self.output.module_globals_sources[id(f_globals)] = ModuleGlobalsSource(scope_name, f_globals)
-        return source
+        return self.output.namespace_source("G", f_globals)
 
     def root_globals(self) -> Dict[str, Any]:
         return self.f_globals
@@ -713,13 +716,23 @@ def _holds_state_made_here(values: List[VariableTracker]) -> bool:
     return False
 
 
+def _builtins_of(fn: VariableTracker, f_globals: Dict[str, Any], current: Dict[str, Any]) -> Dict[str, Any]:
+    """The builtins a called function reads: those it was made with, or (made while tracing) what
+    CPython takes when making it: its globals' `__builtins__` (a module's dict), else the current ones."""
+    real = getattr(fn, "fn", None)
+    if isinstance(real, types.FunctionType):
+        return real.__builtins__
+    found = f_globals.get("__builtins__", current)
+    return vars(found) if isinstance(found, types.ModuleType) else found
+
+
 class InliningInstructionTranslator(InstructionTranslatorBase):
     """Runs a called user function inside the caller's graph and returns its symbolic result."""
 
     def __init__(self, parent: InstructionTranslatorBase, code: types.CodeType, f_globals: Dict[str, Any],
-                 symbolic_locals: Dict[str, VariableTracker], cells: Dict[str, CellVariable],
+                 f_builtins: Dict[str, Any], symbolic_locals: Dict[str, VariableTracker], cells: Dict[str, CellVariable],
                  globals_source: Optional[Source], depth: int) -> None:
-        super().__init__(code, f_globals, parent.f_builtins, symbolic_locals, cells, parent.output, globals_source)
+        super().__init__(code, f_globals, f_builtins, symbolic_locals, cells, parent.output, globals_source)
         self.parent = parent
         self._root_globals = parent.root_globals()
         self.depth = depth
@@ -735,9 +748,8 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
         f_globals = fn.get_globals()
         bound = fn.bind(parent, args, kwargs)
         cells = fn.closure_cells(parent)
-        tracer = InliningInstructionTranslator(
-            parent, code, f_globals, bound, cells, parent.output_globals_source(f_globals, fn), depth
-        )
+        tracer = InliningInstructionTranslator(parent, code, f_globals, _builtins_of(fn, f_globals, parent.f_builtins),
+                                               bound, cells, parent.output_globals_source(f_globals, fn), depth)
         if code.co_flags & inspect.CO_GENERATOR:
             tracer.is_generator = True
             maker = UserFunctionVariable(fn.fn) if isinstance(fn, UserMethodVariable) else fn  # args hold self

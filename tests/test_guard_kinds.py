@@ -1,5 +1,6 @@
 """Every guard kind is enforced, rendered and explained; strict constant equality; the global-state
 guard every entry carries; guard sets that die with their function; cache_size_limit = 0."""
+import builtins
 import contextlib
 import gc
 import math
@@ -18,8 +19,8 @@ import minidynamo
 from minidynamo import GuardedCode, _C
 from minidynamo.eval_frame import optimize_with_callback
 from minidynamo.guard_set import build_check_function
-from minidynamo.guards import Guard, GuardKind, KindRule, capture_global_state
-from minidynamo.source import AttrSource, LocalSource, MethodCallSource
+from minidynamo.guards import BuiltinRead, Guard, GuardKind, KindRule, capture_global_state
+from minidynamo.source import AttrSource, GlobalsDictSource, LocalSource, MethodCallSource
 from minidynamo.testing import CompileCounter
 from test_guards import Records
 
@@ -53,6 +54,20 @@ def _with_attr(name):
     return obj
 
 
+@contextlib.contextmanager
+def divmod_rebound():
+    builtins.divmod = lambda a, b: (0, 0)
+    try:
+        yield
+    finally:
+        builtins.divmod = _divmod
+
+
+_divmod = divmod
+
+
+def _adder(k):
+    return lambda t: t + k
 _obj, _mod, _t = Thing(), torch.nn.Linear(2, 2), torch.randn(3)
 nothing = contextlib.nullcontext
 
@@ -91,6 +106,11 @@ CASES = {
     GuardKind.SHAPE_ENV: (lambda: [Guard(None, GuardKind.SHAPE_ENV, ["L['v'].size()[0] == L['w'].size()[0]"])],
                           (torch.randn(3), torch.randn(3)), (torch.randn(3), torch.randn(4)), nothing,
                           "L['v'].size()[0] == L['w'].size()[0]", "shape guard failed: L['v'].size()[0] == L['w'].size()[0]"),
+    GuardKind.BUILTIN_MATCH: (lambda: [Guard(GlobalsDictSource(), GuardKind.BUILTIN_MATCH, BuiltinRead("divmod", vars(builtins), _divmod))],
+                              (0, 0), (0, 0), divmod_rebound, "'divmod' not in G", "builtin 'divmod' was rebound"),
+    GuardKind.FUNCTION_MATCH: (lambda: [Guard(V, GuardKind.FUNCTION_MATCH, (_adder(0).__code__, GlobalsDictSource()))],
+                               (_adder(1), 0), (lambda t: t, 0), nothing, "L['v'].__code__ is <code _adder.<locals>.<lambda>>",
+                               "L['v'] is a function of other code (<lambda>)"),
 }
 
 
@@ -175,7 +195,11 @@ def f_type(x, obj):
     return x + obj.k
 
 
-def f_id(x, fn):
+def f_id(x, cls):
+    return x * cls.k
+
+
+def f_function(x, fn):
     return fn(x)
 
 
@@ -210,7 +234,8 @@ def f_alias(a, b):
 _x = torch.randn(3)
 TRACED = {
     GuardKind.TYPE_MATCH: (f_type, (_x, Box(1)), (_x, Thing()), "L['obj'] type mismatch: expected Box, got Thing"),
-    GuardKind.ID_MATCH: (f_id, (_x, double), (_x, triple), "L['fn'] is not the object seen when compiling"),
+    GuardKind.ID_MATCH: (f_id, (_x, Thing), (_x, Other), "L['cls'] is not the object seen when compiling"),
+    GuardKind.FUNCTION_MATCH: (f_function, (_x, double), (_x, triple), "L['fn'] is a function of other code (triple)"),
     GuardKind.EQUALS_MATCH: (f_equals, (_x, 2), (_x, 3), "L['n'] value mismatch: expected 2, got 3"),
     GuardKind.TENSOR_MATCH: (f_tensor, (torch.randn(8),), (torch.randn(8, dtype=torch.float64),),
                              "L['x'] dtype mismatch: expected torch.float32, got torch.float64"),

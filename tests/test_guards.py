@@ -156,22 +156,16 @@ def test_shared_checks_pass_once_per_lookup():
 
 
 def test_entry_dropped_when_identified_object_dies():
-    def f(x, fn):
-        return fn(x)
-
-    def make():
-        def double(t):
-            return t * 2
-
-        return double
+    def f(x, m):
+        return m(x)
 
     compiled = minidynamo.optimize(CompileCounter())(f)
-    helper = make()
-    compiled(torch.randn(2), helper)
+    module = torch.nn.Linear(2, 2)
+    compiled(torch.randn(2), module)
     assert len(_C.get_cache_entries(f.__code__)) == 1
-    del helper
+    del module
     gc.collect()
-    assert _C.get_cache_entries(f.__code__) == [], "the entry guarding on a dead function is dropped"
+    assert _C.get_cache_entries(f.__code__) == [], "the entry guarding on a dead module is dropped"
 
 
 def test_recompile_reason_is_logged(caplog):

@@ -119,20 +119,44 @@ def _result_function_after_break(x):
     return double(x)
 
 
+def test_function_returned_at_the_break_compiles_once():
+    """The new function is guarded by its code, not its identity."""
+    counts = _compiles_per_call(_result_function_after_break, torch.randn(3))
+    assert counts[0] > 0 and counts[1:] == [0, 0, 0]
+
+
+class _Marker:
+    pass
+
+
+_SENTINEL = _Marker()
+
+
+@minidynamo.disable
+def _make_marker():
+    return _Marker()
+
+
+def _identified_result_after_break(x):
+    marker = _make_marker()  # a new object on each call, which the trace identifies (`is`)
+    _break()
+    return x + 1 if marker is _SENTINEL else x - 1
+
+
 def test_every_recompile_has_a_logged_reason(caplog):
-    """Entries of the resume functions die with the function they identified (dropped, not failed):
+    """Entries of the resume functions die with the object they identified (dropped, not failed):
     the next compile still says why, in the minidynamo.recompiles log and in the stats."""
     records = []
     compile_listeners.append(records.append)
     x = torch.randn(3)
-    compiled = minidynamo.optimize("eager")(_result_function_after_break)
+    compiled = minidynamo.optimize("eager")(_identified_result_after_break)
     try:
         with caplog.at_level(logging.INFO, logger="minidynamo.recompiles"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             for call in range(5):
                 if call == 1:
                     first_call = len(records)
-                torch.testing.assert_close(compiled(x), _result_function_after_break(x))
+                torch.testing.assert_close(compiled(x), x - 1)
     finally:
         compile_listeners.remove(records.append)
     later = records[first_call:]
@@ -145,14 +169,14 @@ def test_cache_size_limit_applies_to_resume_functions():
     """Entries dropped because the object they identified died count toward a resume function's
     limit: it stops compiling (with the limit's warning) instead of compiling on every call."""
     x = torch.randn(3)
-    compiled = minidynamo.optimize("eager")(_result_function_after_break)
+    compiled = minidynamo.optimize("eager")(_identified_result_after_break)
     limit = minidynamo.config.cache_size_limit
     with pytest.warns(RuntimeWarning, match="cache size limit"):
         for _ in range(limit + 4):
-            torch.testing.assert_close(compiled(x), _result_function_after_break(x))
+            torch.testing.assert_close(compiled(x), x - 1)
     before = minidynamo.stats()["compiled"]
     for _ in range(3):
-        torch.testing.assert_close(compiled(x), _result_function_after_break(x))
+        torch.testing.assert_close(compiled(x), x - 1)
     assert minidynamo.stats()["compiled"] == before
 
 

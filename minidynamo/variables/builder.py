@@ -17,7 +17,7 @@ from ..exc import unimplemented, unimplemented_frame
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..polyfills import SUBSTITUTES
-from ..source import AttrSource, GetItemSource, LocalSource, MethodCallSource, Source
+from ..source import AttrSource, GetItemSource, GlobalsDictSource, LocalSource, MethodCallSource, Source
 from .autograd_function import AutogradFunctionClassVariable, is_custom_autograd_function
 from .base import UnboundMethodCall, VariableTracker
 from .builtin import BuiltinVariable, is_stdlib
@@ -56,8 +56,9 @@ _STATELESS_TRACKERS = frozenset((ConstantVariable, UserDefinedClassVariable, Use
 
 _GRAD_MODE_TYPES = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
 
-# torch's context-manager objects (inference_mode(), ...) are values, not functions to put in a graph.
-_CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager,)
+# torch's context-manager objects (inference_mode(), autocast(...), ...) are values, not functions to put
+# in a graph: guarded by type, and by what the trace reads of them, like the user's objects.
+_CONTEXT_MANAGER_OBJECTS = (torch.utils._contextlib._DecoratorContextManager, torch.amp.autocast_mode.autocast)
 
 
 class VariableBuilder:
@@ -205,6 +206,8 @@ class VariableBuilder:
             else:
                 self.guard(GuardKind.ID_MATCH, value)
             return DisabledFunctionVariable(value, source)
+        if isinstance(value, types.BuiltinMethodType) and _bound_to_tracked_object(value):
+            return self._wrap_bound_builtin(value)
         if isinstance(value, np.ndarray) and value.dtype.kind in "biufc" and source is not None:
             self.guard(GuardKind.TYPE_MATCH, type(value))
             return NumpyNdarrayVariable(tx.output.add_graph_input(tx, NumpyTensorSource(source), torch.as_tensor(value)),
@@ -226,11 +229,8 @@ class VariableBuilder:
             if value in SUBSTITUTES:  # the function is the guard; its stand-in is what the trace runs
                 self.guard(GuardKind.ID_MATCH, value)
                 return UserFunctionVariable(SUBSTITUTES[value])
-            if self.made_by_frame and source is not None:  # calling it guards its code, defaults and cells
-                self.guard(GuardKind.TYPE_MATCH, types.FunctionType)
-                tx.output.add_guard(Guard(AttrSource(source, "__globals__"), GuardKind.ID_MATCH, value.__globals__))
-                return UserFunctionVariable(value, source, by_structure=True)
-            self.guard(GuardKind.ID_MATCH, value)
+            if source is not None:
+                return self._wrap_function_by_structure(value)
             return UserFunctionVariable(value, source)
         if isinstance(value, types.CellType):  # the one tracker of this cell, which functions closing over it share
             self.guard(GuardKind.ID_MATCH, value)
@@ -257,9 +257,6 @@ class VariableBuilder:
         if isinstance(value, types.MethodDescriptorType) and value.__objclass__ in (list, set, dict):
             self.guard(GuardKind.ID_MATCH, value)
             return UnboundMethodCall(value.__objclass__, value.__name__, source)
-        if isinstance(value, types.BuiltinMethodType) and type(getattr(value, "__self__", None)) in (list, dict, set):
-            owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
-            return BoundMethodCall(owner, value.__name__)
         if isinstance(value, types.BuiltinFunctionType) or (isinstance(value, type) and value in _BUILTIN_TYPES):
             self.guard(GuardKind.ID_MATCH, value)
             return BuiltinVariable(value, source)
@@ -273,6 +270,29 @@ class VariableBuilder:
             self.guard(GuardKind.ID_MATCH, value)
             return UserDefinedObjectVariable(value, source)
         return None
+
+    def _wrap_bound_builtin(self, value: types.BuiltinMethodType) -> VariableTracker:
+        """`obj.name` of a tensor or container, bound anew on each lookup: the object it is bound to
+        and the method's name are what the trace reads of it, not which bound method object it is."""
+        tx, source = self.tx, self.source
+        self.guard(GuardKind.TYPE_MATCH, type(value))
+        if source is not None:
+            tx.output.add_guard(Guard(AttrSource(source, "__name__"), GuardKind.EQUALS_MATCH, value.__name__))
+        owner = VariableBuilder(tx, source and AttrSource(source, "__self__"))(value.__self__)
+        return BoundMethodCall(owner, value.__name__)
+
+    def _wrap_function_by_structure(self, value: types.FunctionType) -> VariableTracker:
+        """A function guarded by its code and globals, not its identity (a lambda or a bound method's
+        function is often a new object on each call): calling it guards the defaults and closure
+        contents it reads. Where the trace relies on which object it is, its identity is guarded then;
+        one the frame made itself is another object on each call, and has none to rely on."""
+        tx, source = self.tx, self.source
+        root_globals = tx.output.f_globals
+        globals_source = (GlobalsDictSource() if value.__globals__ is root_globals
+                          else tx.output.namespace_source("G", value.__globals__))
+        self.guard(GuardKind.FUNCTION_MATCH, (value.__code__, globals_source))
+        identity = None if self.made_by_frame else functools.partial(self.guard, GuardKind.ID_MATCH, value)
+        return UserFunctionVariable(value, source, by_structure=True, guard_identity=identity)
 
     def wrap_mapping(self, value: dict) -> VariableTracker:
         """An OrderedDict or defaultdict: its type, its keys in order (and its default factory) guarded."""
@@ -292,6 +312,13 @@ def _attribute_lookup_in_python(cls: type) -> bool:
     """An object (not a tensor, not a module) whose class reads its attributes with a Python
     __getattribute__: a user object to the trace, found without asking it anything."""
     return has_python_getattribute(cls) and not issubclass(cls, (torch.Tensor, torch.nn.Module))
+
+
+def _bound_to_tracked_object(method: types.BuiltinMethodType) -> bool:
+    """Whether a builtin method is bound to an object the trace follows itself (a tensor, a list,
+    dict or set), not to a module (`math.sqrt.__self__` is `math`)."""
+    owner = getattr(method, "__self__", None)
+    return isinstance(owner, torch.Tensor) or type(owner) in (list, dict, set)
 
 
 def _traced_like_user_code(value: Any) -> bool:

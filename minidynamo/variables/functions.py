@@ -5,7 +5,7 @@ import collections.abc
 import functools
 import inspect
 import types
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -119,6 +119,8 @@ class BaseUserFunctionVariable(VariableTracker):
         if getattr(self, "fn", None) is collections.abc.Mapping.__contains__ and not kwargs:
             return _mapping_contains(tx, *args)
         if getattr(self, "fn", None) in _EVALUATED_ON_REAL_OBJECTS and not kwargs:
+            if not all(a.identity_known() for a in args if isinstance(a, UserFunctionVariable)):
+                unimplemented(f"{self.fn.__name__}() of a function that is a new object on each call")
             reals = [a.real_value() if a.real_value() is not None else a for a in args]
             if all(not isinstance(r, VariableTracker) for r in reals):
                 return tx.wrap_constant(self.fn(*reals))
@@ -138,13 +140,30 @@ class BaseUserFunctionVariable(VariableTracker):
 
 
 class UserFunctionVariable(BaseUserFunctionVariable):
-    """A function. `by_structure`: a new function object on each call, made by the frame over its
-    own cells: guarded by its code, defaults and closure contents when called, not by identity."""
+    """A function. `by_structure`: guarded by its code and globals (and, when called, the defaults
+    and closure contents read), not by identity; `guard_identity` adds the identity guard where the
+    trace relies on which object it is (None: a new object on each call, made by the frame)."""
 
-    def __init__(self, fn: types.FunctionType, source=None, by_structure: bool = False) -> None:
+    def __init__(self, fn: types.FunctionType, source=None, by_structure: bool = False,
+                 guard_identity: Optional[Callable[[], None]] = None) -> None:
         super().__init__(source)
         self.fn = fn
         self.by_structure = by_structure
+        self.guard_identity = guard_identity
+
+    @property
+    def new_each_call(self) -> bool:
+        """Made by the frame: which object it is cannot be relied on."""
+        return self.by_structure and self.guard_identity is None
+
+    def identity_known(self) -> bool:
+        """Whether the trace may rely on which object the function is, guarding it if need be."""
+        if self.by_structure and self.guard_identity is not None:
+            self.guard_identity()
+        return not self.new_each_call
+
+    def is_python_constant(self) -> bool:  # asking guards nothing: using the constant does
+        return not self.new_each_call
 
     def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
         if getattr(self.fn, "_dynamo_marked_constant", False):
@@ -155,7 +174,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         return f"function {self.fn.__qualname__}"
 
     def as_python_constant(self) -> Any:
-        if self.by_structure:
+        if not self.identity_known():
             unimplemented(f"{self.describe()} is a new object on each call")
         return self.fn
 
@@ -172,7 +191,7 @@ class UserFunctionVariable(BaseUserFunctionVariable):
         if name in ("__code__", "__name__", "__qualname__", "__module__", "__doc__", "__defaults__", "__kwdefaults__",
                     "__wrapped__", "__dict__", "__globals__") or name in getattr(self.fn, "__dict__", {}):
             return self._wrap_real(tx, getattr(self.fn, name), self.source and AttrSource(self.source, name))
-        if name == "__get__" and not self.by_structure:
+        if name == "__get__" and self.identity_known():
             return FunctionGetVariable(self)
         if name == "__closure__":  # fixed for the life of the function, which is guarded
             cells = list(self.closure_cells(tx).values())
@@ -198,7 +217,8 @@ class UserFunctionVariable(BaseUserFunctionVariable):
     def _guard_signature(self, tx) -> None:
         """Inlining reads the function's code and how its defaults line up with its parameters:
         a swapped `__code__` or a new number of defaults must not reuse the trace."""
-        tx.output.add_guard(Guard(AttrSource(self.source, "__code__"), GuardKind.ID_MATCH, self.fn.__code__))
+        if not self.by_structure:  # FUNCTION_MATCH checks the code
+            tx.output.add_guard(Guard(AttrSource(self.source, "__code__"), GuardKind.ID_MATCH, self.fn.__code__))
         if self.fn.__defaults__:
             tx.output.add_guard(Guard(AttrSource(self.source, "__defaults__"), GuardKind.LIST_LENGTH,
                                       self.fn.__defaults__))

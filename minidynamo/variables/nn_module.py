@@ -455,7 +455,9 @@ def _tree_arguments(name: str, args: List[VariableTracker], kwargs: Dict[str, Va
 def is_new_each_call(vt: VariableTracker) -> bool:
     """Whether `vt` is a module or function that is another object on each call of the frame: made by
     generated code (a slice, a module constructed or a function defined in the frame) or known to be so."""
-    if isinstance(vt, (NNModuleVariable, UserFunctionVariable)) and vt.by_structure:
+    if isinstance(vt, NNModuleVariable) and vt.by_structure:
+        return True
+    if isinstance(vt, UserFunctionVariable) and vt.new_each_call:
         return True
     if isinstance(vt, NestedUserFunctionVariable):
         return True
