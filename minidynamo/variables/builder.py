@@ -29,7 +29,8 @@ from .misc import (BoundMethodCall, DisabledFunctionVariable, GradModeVariable, 
                    WeakRefVariable, WithExitVariable, is_torch_object)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
-from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable
+from .numpy import (NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable,
+                    is_traceable_ndarray)
 from .optimizer import OptimizerVariable, is_optimizer
 from .torch import (FunctorchFunctionVariable, TorchVariable, is_allowed_in_graph, is_functorch_function,
                     unconverted_wrapper)
@@ -198,7 +199,7 @@ class VariableBuilder:
             else:
                 self.guard(GuardKind.ID_MATCH, value)
             return DisabledFunctionVariable(value, source)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "biufc" and source is not None:
+        if is_traceable_ndarray(value) and source is not None:
             self.guard(GuardKind.TYPE_MATCH, type(value))
             return NumpyNdarrayVariable(tx.output.add_graph_input(tx, NumpyTensorSource(source), torch.as_tensor(value)),
                                         source)
