@@ -17,6 +17,8 @@ static PyObject *cache_limit_hook = NULL; /* called with the FrameInfo when a co
 static int lookup_depth = 0;
 static PyObject *RerunFrame = NULL; /* a BaseException, so no `except Exception` in the frame takes it */
 static PyObject *rerun_hook = NULL; /* called with the graph's error before a frame is re-run eagerly */
+/* Returns another frame hook's (torch._dynamo's) callback on this thread, None when it is off. */
+static PyObject *foreign_callback_getter = NULL;
 
 static struct {
     unsigned long long frames, hits, misses, compiles, skips, limit_hits, reruns;
@@ -233,6 +235,22 @@ static PyObject *run_entry(PyThreadState *ts, CacheEntry *entry, struct _PyInter
     return previous_eval(ts, f, 0);
 }
 
+/* 1 when another hook's callback is on: the frame is inside a torch.compile'd call, whose hook
+ * converts it (it would convert our callback's frames and our cached code too): the frame runs as
+ * that hook gives it. Asked only while another hook is in the chain (above or below ours). */
+static int foreign_hook_converting(PyThreadState *ts)
+{
+    if (foreign_callback_getter == NULL || (previous_eval == _PyEval_EvalFrameDefault &&
+                                            _PyInterpreterState_GetEvalFrameFunc(ts->interp) == custom_eval))
+        return 0;
+    PyObject *foreign = PyObject_CallNoArgs(foreign_callback_getter);
+    if (foreign == NULL)
+        return -1;
+    int on = foreign != Py_None;
+    Py_DECREF(foreign);
+    return on;
+}
+
 static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *f, PyObject *callback)
 {
     PyCodeObject *code = frame_code(f);
@@ -283,6 +301,9 @@ static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, i
     CodeExtra *extra = cache_lookup(code);
     if ((extra != NULL && extra->skip != SKIP_NONE) || !frame_is_convertible(f))
         return previous_eval(ts, f, throwflag);
+    int foreign = foreign_hook_converting(ts);
+    if (foreign != 0)
+        return foreign < 0 ? NULL : previous_eval(ts, f, throwflag);
 
     stats.frames++;
     if (extra != NULL && extra->head != NULL) {
@@ -491,6 +512,11 @@ static PyObject *set_rerun_hook(PyObject *self, PyObject *hook)
     return set_hook(&rerun_hook, hook);
 }
 
+static PyObject *set_foreign_callback_getter(PyObject *self, PyObject *getter)
+{
+    return set_hook(&foreign_callback_getter, getter);
+}
+
 static PyObject *get_cache_size_limit(PyObject *self, PyObject *unused)
 {
     return PyLong_FromLong(cache_size_limit);
@@ -535,6 +561,9 @@ static PyMethodDef methods[] = {
     {"set_rerun_hook", set_rerun_hook, METH_O,
      "Call hook(error) with a compiled graph's error each time its frame is re-run eagerly (None: off); "
      "returns the previous hook."},
+    {"set_foreign_callback_getter", set_foreign_callback_getter, METH_O,
+     "getter() returns another frame hook's callback on this thread (None: off); while it is on, "
+     "frames are not compiled; returns the previous getter."},
     {"stats", get_stats, METH_NOARGS, "Counters of the hook."},
     {"strict_equal", guards_strict_equal, METH_VARARGS,
      "The equality EQUALS_MATCH guards check: same types element by element, floats bit for bit."},

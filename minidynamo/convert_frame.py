@@ -95,6 +95,8 @@ def _on_cache_limit(frame: Any) -> None:
 
 
 _C.set_cache_limit_hook(_on_cache_limit)
+# inside a torch.compile'd call, torch's hook converts the frames
+_C.set_foreign_callback_getter(torch._C._dynamo.eval_frame.get_eval_frame_callback)
 
 
 def _release_frames(error: BaseException) -> None:

@@ -9,6 +9,7 @@ resumed frames) it tells by their state alone (csrc/frame_py311.c).
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import site
 import sys
@@ -17,6 +18,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch
+import torch._dynamo.convert_frame
 import torch._dynamo.eval_frame
 import torch._dynamo.external_utils
 
@@ -92,13 +94,15 @@ def _nested_code(outer: Callable, name: str) -> Optional[types.CodeType]:
 _TORCH_DISABLE_CODE = _nested_code(torch._dynamo.eval_frame.DisableContext.__call__, "_fn")
 _TORCH_NONRECURSIVE_DISABLE_CODE = _nested_code(torch._dynamo.external_utils.get_nonrecursive_disable_wrapper,
                                                 "nonrecursive_disable_wrapper")
+# torch.compile's compiler: the frames it runs (its own, made by exec) are left to it
+_TORCH_COMPILE_CODE = inspect.unwrap(torch._dynamo.convert_frame._compile).__code__
 
 
 def _disabled_by_torch(caller: Any) -> bool:
     if caller is not None and caller.f_code is _TORCH_NONRECURSIVE_DISABLE_CODE:
         return True
     while caller is not None:
-        if caller.f_code is _TORCH_DISABLE_CODE:
+        if caller.f_code is _TORCH_DISABLE_CODE or caller.f_code is _TORCH_COMPILE_CODE:
             return True
         caller = caller.f_back
     return False
@@ -112,7 +116,7 @@ def frame_skip_reason(frame: Any, caller: Optional[types.FrameType] = None) -> O
     if reason is None and not _may_use_tensors(frame):
         return "no tensors in reach"
     if reason is None and _disabled_by_torch(caller):
-        return "run under torch.compiler.disable"
+        return "run under torch.compiler.disable or by torch.compile's compiler"
     return reason
 
 

@@ -648,3 +648,132 @@ def test_0d_results_are_numpy_scalars_where_numpy_gives_scalars(name):
     for e, g in zip(*(x if isinstance(x, tuple) else (x,) for x in (expected, actual))):
         assert type(g) is type(e), f"{type(g).__name__} instead of {type(e).__name__}"
         np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# 0-d results NumPy hands out as 0-d arrays, not scalars; and results' dtypes
+# ---------------------------------------------------------------------------------------------
+ZERO_D_ARRAY_RESULTS = {
+    "where_of_0d": lambda a: np.where(np.asarray(a.sum()) > 0, 1.0, 2.0),
+    "transpose_attr_of_0d": lambda a: np.asarray(a.sum()).T,
+    "ellipsis_of_0d": lambda a: a[:1, :1].reshape(())[...],
+    "empty_index_of_0d": lambda a: a[:1, :1].reshape(())[()],
+    "keepdims_then_empty_index": lambda a: a.sum(keepdims=True)[()],
+    "nan_to_num_of_0d": lambda a: np.nan_to_num(np.asarray(a.sum())),
+    "clip_of_0d": lambda a: np.clip(np.asarray(a.sum()), 0, 1),
+    "ufunc_of_0d": lambda a: np.sin(np.asarray(a.sum())),
+    "copy_of_0d": lambda a: np.asarray(a.sum()).copy(),
+    "full_index": lambda a: a[1, 2],
+    "row_then_index": lambda a: a[1][2],
+}
+
+
+def assert_same_numpy_types(expected, actual):
+    for e, g in zip(*(x if isinstance(x, tuple) else (x,) for x in (expected, actual))):
+        assert type(g) is type(e), f"{type(g).__name__} instead of {type(e).__name__}"
+        assert g.dtype == e.dtype, f"{g.dtype} instead of {e.dtype}"
+        np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-5)
+
+
+@reference_only_skip("torch 2.13 hands out NumPy's 0-d results as 0-d arrays")
+@pytest.mark.parametrize("name", list(ZERO_D_ARRAY_RESULTS))
+def test_0d_results_are_arrays_or_scalars_as_numpy_gives_them(name):
+    fn = ZERO_D_ARRAY_RESULTS[name]
+    a = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    assert_same_numpy_types(fn(a), optimize("eager")(fn)(a))
+
+
+DTYPE_RESULTS = {
+    "sum_of_uint8": (lambda a: np.sum(a), np.uint8),
+    "prod_of_uint16": (lambda a: a.prod(), np.uint16),
+    "cumsum_of_int8": (lambda a: np.cumsum(a), np.int8),
+    "cumsum_of_int32": (lambda a: a.cumsum(axis=0), np.int32),
+    "sum_of_uint32_axis": (lambda a: a.sum(axis=1), np.uint32),
+    "sum_of_bool": (lambda a: np.sum(a > 3), np.int64),
+    "add_of_int8": (lambda a: a + a, np.int8),
+}
+
+
+@reference_only_skip("torch 2.13's NumPy layer sums small integer types in other dtypes than NumPy")
+@pytest.mark.parametrize("name", list(DTYPE_RESULTS))
+def test_results_have_numpys_dtypes(name):
+    fn, dtype = DTYPE_RESULTS[name]
+    a = np.arange(12).reshape(3, 4).astype(dtype)
+    assert_same_numpy_types(fn(a), optimize("eager")(fn)(a))
+
+
+def scalar_in_place_add(a):
+    s = a[0, 0]
+    s += 1
+    return s, a
+
+
+@reference_only_skip("torch 2.13 adds in place into the array the scalar was read from")
+def test_an_in_place_operator_on_a_numpy_scalar_rebinds_it():
+    """NumPy scalars are immutable: `s += 1` on `a[0, 0]` leaves `a` as it was."""
+    assert_same(scalar_in_place_add, np.ones((2, 2)), graphs=None)
+
+
+# ---------------------------------------------------------------------------------------------
+# ndarray subclasses: their operators and methods are their own, not a plain array's
+# ---------------------------------------------------------------------------------------------
+class UserArray(np.ndarray):
+    def __mul__(self, other):
+        return np.asarray(self) * other + 100
+
+
+def _memmap(tmp_path):
+    array = np.memmap(tmp_path / "m.dat", dtype=np.float64, mode="w+", shape=(2, 2))
+    array[:] = [[1.0, 2.0], [3.0, 4.0]]
+    return array
+
+
+SUBCLASS_ARRAYS = {
+    "matrix": lambda tmp: np.matrix([[1.0, 2.0], [3.0, 4.0]]),
+    "masked_array": lambda tmp: np.ma.masked_array([[1.0, 2.0], [100.0, 4.0]], mask=[[0, 0], [1, 0]]),
+    "recarray": lambda tmp: np.arange(4.0).reshape(2, 2).view(np.recarray),
+    "memmap": _memmap,
+    "user_subclass": lambda tmp: np.arange(4.0).reshape(2, 2).view(UserArray),
+}
+SUBCLASS_FUNCTIONS = {
+    "mul": lambda a: a * a,
+    "sum_method": lambda a: a.sum(),
+    "np_sum": lambda a: np.sum(a),
+    "add_and_index": lambda a: (a + 1)[0],
+    "mean_axis": lambda a: np.mean(a, axis=0),
+    "ufunc": lambda a: np.exp(a),
+}
+
+
+def _assert_same_array(actual, expected):
+    assert type(actual) is type(expected), f"{type(actual).__name__} instead of {type(expected).__name__}"
+    np.testing.assert_array_equal(np.ma.getdata(actual), np.ma.getdata(expected))
+    np.testing.assert_array_equal(np.ma.getmaskarray(actual), np.ma.getmaskarray(expected))
+
+
+@pytest.mark.parametrize("fn", list(SUBCLASS_FUNCTIONS))
+@pytest.mark.parametrize("kind", list(SUBCLASS_ARRAYS))
+def test_ndarray_subclasses_are_not_traced_as_plain_arrays(kind, fn, tmp_path):
+    make, function = SUBCLASS_ARRAYS[kind], SUBCLASS_FUNCTIONS[fn]
+    compiled = optimize("eager")(function)
+    for _ in range(2):
+        _assert_same_array(compiled(make(tmp_path)), function(make(tmp_path)))
+
+
+@reference_only_skip("torch 2.13 runs a matrix through the entry of a plain array")
+def test_a_plain_array_after_a_subclass_and_back():
+    """The exact type is the guard: a matrix after a plain array (and back) is not run as the other."""
+    compiled = optimize("eager")(SUBCLASS_FUNCTIONS["mul"])
+    plain, matrix = np.arange(4.0).reshape(2, 2), np.matrix(np.arange(4.0).reshape(2, 2))
+    for a in (plain, matrix, plain, matrix):
+        _assert_same_array(compiled(a), a * a)
+
+
+def negative_strides(a):
+    return a * 2 + 1
+
+
+def test_an_array_with_negative_strides_runs_in_python():
+    a = np.arange(6.0)
+    assert_same(negative_strides, a[::-1], graphs=None)
+    assert_same(negative_strides, a, a[::-1], graphs=None)

@@ -5,6 +5,8 @@ import tracemalloc
 import types
 import weakref
 
+import pytest
+
 from minidynamo import GuardedCode, _C
 from minidynamo.eval_frame import optimize_with_callback
 
@@ -78,3 +80,47 @@ def test_code_whose_globals_refer_back_is_collected():
     gc.collect()
     assert all(r() is None for r in refs)
     assert _C.stats()["live_entries"] == baseline
+
+
+def _compile_fresh_linears(backend: str, count: int, refs: dict) -> None:
+    import torch
+
+    import minidynamo
+    from minidynamo.backends import lookup_backend
+
+    def recording(gm, example_inputs):
+        compiled = lookup_backend(backend)(gm, example_inputs)
+        refs["graph modules"].append(weakref.ref(gm))
+        refs["compiled graphs"].append(weakref.ref(compiled))
+        return compiled
+
+    x = torch.randn(2, 8)
+    for _ in range(count):
+        module = torch.nn.Linear(8, 8)
+        compiled = minidynamo.compile(module, backend=recording)
+        compiled(x)
+        compiled(x)
+        refs["modules"].append(weakref.ref(module))
+        refs["compiled modules"].append(weakref.ref(compiled))
+
+
+@pytest.mark.parametrize("backend", ["eager", "cpp"])
+def test_dead_modules_take_their_graphs_compiled_code_and_entries_with_them(backend):
+    """Each fresh module compiles its own entry (guarded by its identity); once the module is gone,
+    its entry, GraphModule and compiled graph are freed."""
+    import torch
+
+    import minidynamo
+
+    minidynamo.reset()
+    try:
+        for count in (30, 60):
+            refs = {k: [] for k in ("graph modules", "compiled graphs", "modules", "compiled modules")}
+            _compile_fresh_linears(backend, count, refs)
+            gc.collect()
+            alive = {kind: sum(r() is not None for r in rs) for kind, rs in refs.items()}
+            assert alive == dict.fromkeys(refs, 0), alive
+            assert len(refs["graph modules"]) == count
+            assert _C.get_cache_entries(torch.nn.Linear.forward.__code__) == []
+    finally:
+        minidynamo.reset()

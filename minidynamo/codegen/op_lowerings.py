@@ -117,7 +117,14 @@ def _sign(L, node, x):
 
 @register(aten.relu)
 def _relu(L, node, x):
-    return pointwise(node, [x, 0], lambda a, z: op("maximum", a, z))
+    return pointwise(node, [x, 0], lambda a, z: _past_bound("lt", a, z))
+
+
+def _past_bound(compare: str, x: Expr, bound: Expr) -> Expr:
+    """`bound` where x is past it ("lt": below, "gt": above), x itself otherwise: eager's clamp by a
+    number, which keeps x where it equals the bound (clamp(-0.0, min=0.0) and relu(-0.0) are -0.0,
+    where maximum(-0.0, 0.0) is 0.0) and where x is NaN."""
+    return op("where", op(compare, x, bound, dtype=torch.bool), bound, x, dtype=x.dtype)
 
 
 @register(aten.isnan, aten.isinf)
@@ -239,14 +246,15 @@ def _clamp(L, node, x, lo=None, hi=None):
     if node.target.overloadpacket is aten.clamp_max:
         lo, hi = None, lo
     inputs, names = [x], []
-    for bound, name in ((lo, "maximum"), (hi, "minimum")):
+    for bound, name, past in ((lo, "maximum", "lt"), (hi, "minimum", "gt")):
         if bound is not None:
             inputs.append(bound)
-            names.append(name)
+            # a tensor bound is eager's maximum/minimum; a NaN number bound makes NaN, as maximum does
+            names.append(past if isinstance(bound, (int, float)) and bound == bound else name)
 
     def compute(v, *bounds):
         for b, name in zip(bounds, names):
-            v = op(name, v, b)
+            v = op(name, v, b) if name in ("maximum", "minimum") else _past_bound(name, v, b)
         return v
     return pointwise(node, inputs, compute)
 

@@ -31,7 +31,8 @@ from .misc import (BoundMethodCall, DisabledFunctionVariable, ForbiddenCallableV
                    real_cell_variable)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
-from .numpy import NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable
+from .numpy import (NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable,
+                    is_traceable_ndarray)
 from .optimizer import OptimizerVariable, is_optimizer
 from .torch import (FunctorchFunctionVariable, TorchVariable, is_allowed_in_graph, is_functorch_function,
                     unconverted_wrapper)
@@ -208,7 +209,7 @@ class VariableBuilder:
             return DisabledFunctionVariable(value, source)
         if isinstance(value, types.BuiltinMethodType) and _bound_to_tracked_object(value):
             return self._wrap_bound_builtin(value)
-        if isinstance(value, np.ndarray) and value.dtype.kind in "biufc" and source is not None:
+        if is_traceable_ndarray(value) and source is not None:
             self.guard(GuardKind.TYPE_MATCH, type(value))
             return NumpyNdarrayVariable(tx.output.add_graph_input(tx, NumpyTensorSource(source), torch.as_tensor(value)),
                                         source)

@@ -101,6 +101,8 @@ class BuiltinVariable(VariableTracker):
             unimplemented_frame("sys._getframe() in a function called from the frame")
         if self.fn is object.__init__:
             return ConstantVariable(None)
+        if self.fn in _IN_PLACE_TO_BINARY and len(args) == 2 and _is_immutable(args[0]):
+            return BuiltinVariable(_IN_PLACE_TO_BINARY[self.fn]).call_function(tx, args, kwargs)
         if self.fn in _GRAPHABLE and any(isinstance(a, NumpyNdarrayVariable) for a in args) and not kwargs:
             return numpy_call(tx, self.fn, args, {})
         if self.fn in OBJECT_PROTOCOL and not kwargs:
@@ -108,8 +110,6 @@ class BuiltinVariable(VariableTracker):
         if self.fn is object.__setattr__ and len(args) == 3:
             args[0].generic_setattr(tx, args[1].as_python_constant(), args[2])
             return ConstantVariable(None)
-        if self.fn in _IN_PLACE_TO_BINARY and len(args) == 2 and _is_immutable(args[0]):
-            return BuiltinVariable(_IN_PLACE_TO_BINARY[self.fn]).call_function(tx, args, kwargs)
         if self.fn is tuple.__new__ and len(args) == 2 and not kwargs and hasattr(args[0].as_python_constant(), "_fields"):
             return NamedTupleVariable(args[1].unpack_var_sequence(tx), args[0].as_python_constant())  # _make
         if self.fn is functools.partial and args:
@@ -595,7 +595,8 @@ def is_stdlib(fn: Any) -> bool:
 
 def _is_immutable(value: VariableTracker) -> bool:
     """Whether `value` is of a type with no in-place operators (`x op= y` rebinds x to `x op y`)."""
-    return isinstance(value, (ConstantVariable, SymNodeVariable)) or type(value) is TupleVariable
+    return (isinstance(value, (ConstantVariable, SymNodeVariable)) or type(value) is TupleVariable
+            or isinstance(value, NumpyNdarrayVariable) and value.scalar)
 
 
 def _has_sym_items(value: VariableTracker) -> bool:

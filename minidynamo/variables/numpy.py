@@ -3,6 +3,7 @@ NumPy layer (torch._numpy), results turned back into ndarrays where the frame ha
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -31,6 +32,13 @@ def is_numpy_callable(value: Any) -> bool:
     if any(value is info for info in _INFO_FUNCTIONS):
         return True
     return callable(value) and not isinstance(value, type) and isinstance(module, str) and module.split(".")[0] == "numpy"
+
+
+def is_traceable_ndarray(value: Any) -> bool:
+    """A plain ndarray a tensor can view: not a subclass (np.matrix's `*`, a masked array's sum, a
+    recarray's fields, a memmap's file all differ from the tensor's), a numeric dtype, no negative strides."""
+    return (type(value) is np.ndarray and value.dtype.kind in "biufc" and value.dtype.isnative
+            and all(stride >= 0 for stride in value.strides))
 
 
 def _to_torch_numpy(value: Any) -> Any:
@@ -193,7 +201,7 @@ class NumpyFunctionVariable(KnownObjectVariable):
         fn = getattr(namespace, getattr(self.value, "__name__", ""), None) if namespace is not None else None
         if fn is None:
             unimplemented(f"{self.describe()}(), which torch's NumPy layer does not have")
-        return numpy_call(tx, fn, args, kwargs)
+        return numpy_call(tx, fn, args, kwargs, numpy_fn=self.value)
 
 
 def _graph_argument(value: VariableTracker) -> Any:
@@ -211,11 +219,18 @@ def _graph_argument(value: VariableTracker) -> Any:
     return value
 
 
-# NumPy returns 0-d results as scalars, except from these, which make or reshape arrays
+# NumPy returns 0-d results as scalars, except from these, which make or reshape arrays: the rule
+# where asking NumPy itself (`_numpy_result`) is too costly or fails
 _ARRAY_RESULTS = frozenset({
     "array", "asarray", "asanyarray", "ascontiguousarray", "asfortranarray", "copy", "reshape", "view", "squeeze",
     "astype", "expand_dims", "transpose", "swapaxes", "moveaxis", "broadcast_to", "atleast_1d", "atleast_2d",
     "atleast_3d", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like", "full_like"})
+# Arrays up to this many elements stand in for the traced ones when NumPy is asked what it returns
+_STAND_IN_ELEMENTS = 1 << 16
+
+
+class _NoStandIn(Exception):
+    pass
 
 
 def _numpy_scalar(tensor: torch.Tensor) -> Any:
@@ -223,17 +238,71 @@ def _numpy_scalar(tensor: torch.Tensor) -> Any:
     return tensor.numpy()[()]
 
 
-def numpy_call(tx, fn: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+def _numpy_dtype(tensor: torch.Tensor) -> np.dtype:
+    return np.dtype(str(tensor.dtype).split(".")[-1])
+
+
+def _stand_in(value: VariableTracker) -> Any:
+    """A small real value like `value` (an array of its shape and dtype, filled with ones) for NumPy to run on."""
+    if isinstance(value, NumpyNdarrayVariable):
+        example = value.tensor.example
+        shape = tuple(example.shape)
+        if not all(type(size) is int for size in shape) or example.numel() > _STAND_IN_ELEMENTS:
+            raise _NoStandIn()
+        array = np.ones(shape, _numpy_dtype(example))
+        return array[()] if value.scalar else array
+    if isinstance(value, BaseListVariable):
+        return value.python_type()(_stand_in(v) for v in value.items)
+    if not value.is_python_constant():
+        raise _NoStandIn()
+    return value.as_python_constant()
+
+
+def _numpy_result(numpy_fn: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> Any:
+    """What NumPy's own `numpy_fn` returns on stand-ins of the arguments, or _NoStandIn when it cannot be asked."""
+    try:
+        stand_ins = [_stand_in(a) for a in args], {k: _stand_in(v) for k, v in kwargs.items()}
+    except (_NoStandIn, NotImplementedError):
+        return _NoStandIn
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return numpy_fn(*stand_ins[0], **stand_ins[1])
+    except Exception:  # an error of the stand-in values (a singular matrix): NumPy's types stay unknown
+        return _NoStandIn
+
+
+def _as_numpy_returns(value: VariableTracker, numpy_value: Any) -> VariableTracker:
+    """The traced result `value` as NumPy's result `numpy_value` is: arrays or NumPy scalars, of its dtypes."""
+    if isinstance(value, TensorVariable):
+        if type(numpy_value) is not np.ndarray and not isinstance(numpy_value, np.generic):
+            unimplemented(f"a NumPy call that returns {type(numpy_value).__name__}, not an array")
+        if np.dtype(numpy_value.dtype) != _numpy_dtype(value.example):
+            unimplemented(f"a NumPy call torch's NumPy layer computes in {_numpy_dtype(value.example)} "
+                          f"where NumPy gives {numpy_value.dtype}")
+        return NumpyNdarrayVariable(value, scalar=isinstance(numpy_value, np.generic))
+    if isinstance(value, TupleVariable):
+        if not isinstance(numpy_value, (tuple, list)) or len(numpy_value) != len(value.items):
+            unimplemented(f"a NumPy call that returns {type(numpy_value).__name__}")
+        return TupleVariable([_as_numpy_returns(v, n) for v, n in zip(value.items, numpy_value)])
+    return value
+
+
+def numpy_call(tx, fn: Callable, args: List[VariableTracker], kwargs: Dict[str, VariableTracker],
+               numpy_fn: Optional[Callable] = None) -> VariableTracker:
     """`fn` (torch._numpy's) called on the arrays' tensors, one graph op; tensors in the result are
-    arrays (0-d ones are NumPy scalars, as NumPy returns them, unless `fn` makes arrays)."""
+    arrays or NumPy scalars of the dtypes NumPy's own `numpy_fn` (`fn` where it takes NumPy's arrays
+    too) gives."""
     graph_args = [_graph_argument(a) for a in args]
     graph_kwargs = {k: _graph_argument(v) for k, v in kwargs.items()}
     result = tx.output.call_graph_op(tx, "call_function", on_tensors(fn), graph_args, graph_kwargs)
     first = args[0] if args else None
-    scalars = getattr(fn, "__name__", "").strip("_") not in _ARRAY_RESULTS
-    if isinstance(first, NumpyNdarrayVariable) and result is first.tensor:  # in place: the same array
-        return first if not first.scalar else NumpyNdarrayVariable(first.tensor, scalar=scalars)
-    return as_arrays(result, scalars)
+    numpy_value = _numpy_result(numpy_fn or fn, args, kwargs)
+    if isinstance(first, NumpyNdarrayVariable) and result is first.tensor and not first.scalar:
+        return first  # in place: the same array
+    if numpy_value is not _NoStandIn:
+        return _as_numpy_returns(result, numpy_value)
+    return as_arrays(result, getattr(fn, "__name__", "").strip("_") not in _ARRAY_RESULTS)
 
 
 def as_arrays(value: VariableTracker, scalars: bool = False) -> VariableTracker:
