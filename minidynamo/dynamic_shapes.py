@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import math
 import functools
-import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
@@ -119,29 +118,26 @@ class _TraceShapeEnv(ShapeEnv):
     """A ShapeEnv that remembers the user's line where a symbolic size became one number: the
     error about a dim marked dynamic names it (torch's records it from its own tracing context)."""
 
+    def __init__(self, running: List[Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # the translators running now, innermost last (empty once the trace is over: it holds no
+        # value of the frame for as long as the compiled graph keeps this ShapeEnv)
+        self.running = running
+
     def _set_replacement(self, a, tgt, msg: str) -> None:
         super()._set_replacement(a, tgt, msg)
         sources = [s for s in self.var_to_sources.get(a, []) if s not in self.specialization_stacks]
         if tgt.is_number and sources:
-            stack = _user_stack_of_trace()
+            user_stack = self.running[-1].user_stack() if self.running else []
+            stack = traceback.StackSummary.from_list([(f.filename, f.lineno, f.name, f.line) for f in user_stack])
             for source in sources:
                 self.specialization_stacks[source] = stack
 
 
-def _user_stack_of_trace() -> traceback.StackSummary:
-    """The user's code the innermost running translator is at (empty outside a trace)."""
-    from .symbolic_convert import InstructionTranslatorBase
-
-    frame = sys._getframe(1)
-    while frame is not None and not isinstance(frame.f_locals.get("self"), InstructionTranslatorBase):
-        frame = frame.f_back
-    user_stack = frame.f_locals["self"].user_stack() if frame is not None else []
-    return traceback.StackSummary.from_list([(f.filename, f.lineno, f.name, f.line) for f in user_stack])
-
-
-def new_shape_env() -> ShapeEnv:
+def new_shape_env(running: List[Any]) -> ShapeEnv:
+    """`running`: the translators of the trace running now, innermost last (where in the user's code it is)."""
     # Data-dependent output shapes (nonzero) and .item() stay unsupported, as without a shape env.
-    return _TraceShapeEnv(allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
+    return _TraceShapeEnv(running, allow_scalar_outputs=False, allow_dynamic_output_shape_ops=False)
 
 
 def symbolic_context(value: torch.Tensor, dims: Tuple[int, ...]) -> StatelessSymbolicContext:

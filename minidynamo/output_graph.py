@@ -123,6 +123,7 @@ class OutputGraph:
         self.fake_ids: Dict[int, Tuple[VariableTracker, VariableTracker]] = {}
         self.initial_grad_mode = torch.is_grad_enabled()
         self.translators = 0  # translators started on this graph (the frame's and each inlined call's)
+        self.running: List[Any] = []  # the translators whose run() is on the Python stack, innermost last
         self.generators: List[Any] = []  # generator objects made while tracing (GeneratorVariable)
         self.outputs: List[Union[TensorVariable, SymNodeVariable]] = []  # set by finish()
         self.graph_module: Optional[torch.fx.GraphModule] = None  # the finished graph, if the frame has one
@@ -157,7 +158,7 @@ class OutputGraph:
         if self._fake_mode is None:
             dynamic_possible = self.dynamic is True or (self.dynamic is None and (
                 symbolic or has_compiled(self.frame_state) or any(map(is_marked, _frame_values(tx)))))
-            self._fake_mode = _TraceFakeMode(shape_env=new_shape_env() if dynamic_possible else None)
+            self._fake_mode = _TraceFakeMode(shape_env=new_shape_env(self.running) if dynamic_possible else None)
         return self._fake_mode
 
     def to_fake(self, tx, tensor: torch.Tensor) -> torch.Tensor:

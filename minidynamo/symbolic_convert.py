@@ -105,6 +105,14 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
     marks_calls = False  # whether mark_call runs before each call instruction
 
     def run(self) -> None:
+        running = self.output.running
+        running.append(self)
+        try:
+            self.interpret()
+        finally:
+            running.pop()
+
+    def interpret(self) -> None:
         instrs, names = self.instructions.instrs, self.instructions.names
         handlers = self.instructions.handler_tables.get(type(self))
         if handlers is None:
