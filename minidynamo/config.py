@@ -26,6 +26,10 @@ optimize_ddp: bool = True
 # are built on stderr: a live line on a terminal, one line at the end otherwise.
 compile_progress: bool = os.environ.get("MINIDYNAMO_COMPILE_PROGRESS", "1") != "0"
 compile_progress_after: float = 2.0
+# A code object whose entries keep being dropped (an object one of its identity guards names was
+# freed: a fresh module, an object new on each call) compiles this many entries in all, live and
+# dropped, then runs unconverted (with the cache-limit warning), so it never compiles on every call.
+dropped_entry_limit: int = 64
 
 
 class _ConfigModule(types.ModuleType):

@@ -68,12 +68,12 @@ def dropped_entry_reason(code: types.CodeType) -> Optional[str]:
 
 
 def reached_limit_by_dropping(code: types.CodeType) -> bool:
-    """Whether the live and dropped entries of this code reach the cache size limit: an object new on
+    """Whether the live and dropped entries of this code reach `config.dropped_entry_limit`: an object new on
     each call that an identity guard names (an argument made by the caller, a value handed on to a
     resume function) dies after each call, and would otherwise compile the code again, forever."""
     if code not in dropped_entries:
         return False
-    return len(_C.get_cache_entries(code)) + dropped_entries[code][0] >= _C.get_cache_size_limit()
+    return len(_C.get_cache_entries(code)) + dropped_entries[code][0] >= config.dropped_entry_limit
 
 
 def _on_cache_limit(frame: Any) -> None:

@@ -115,6 +115,7 @@ def test_dead_modules_take_their_graphs_compiled_code_and_entries_with_them(back
     minidynamo.reset()
     try:
         for count in (30, 60):
+            minidynamo.reset()  # 90 fresh modules in all would pass config.dropped_entry_limit
             refs = {k: [] for k in ("graph modules", "compiled graphs", "modules", "compiled modules")}
             _compile_fresh_linears(backend, count, refs)
             gc.collect()

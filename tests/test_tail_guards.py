@@ -468,9 +468,10 @@ _MARKER = _Marker()
 
 
 @pytest.mark.skipif(REFERENCE, reason="minidynamo's cache limit and dropped entries")
-def test_entries_of_dead_identified_objects_count_toward_the_limit():
+def test_entries_of_dead_identified_objects_count_toward_the_limit(monkeypatch):
     """An object new on each call that the trace identifies (`is`) dies after each call: its entry is
-    dropped, and the code compiles again, but only up to the cache size limit."""
+    dropped, and the code compiles again, but only up to the dropped-entry limit."""
+    monkeypatch.setattr(minidynamo.config, "dropped_entry_limit", minidynamo.config.cache_size_limit)
     x = torch.randn(3)
     compiled = minidynamo.optimize("eager")(_is_marker)
     with warnings.catch_warnings():
