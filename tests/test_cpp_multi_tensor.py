@@ -48,6 +48,10 @@ def _assert_same(model_a, opt_a, model_e, opt_e):
 
 def _run(kind, foreach, layers=3, steps=STEPS, between=None):
     """Eager and compiled optimizer steps on equal gradients; the compiled steps' new graphs."""
+    # Each run compiles as a first compile: optimize("cpp") made again shares the earlier run's
+    # callback, cache entries and the sizes they saw (as torch.compile does), so without a reset
+    # another run's parameter sizes at the same sources would make this one's sizes symbolic
+    minidynamo.reset()
     (model_e, opt_e), (model_c, opt_c) = _setup(kind, foreach, layers), _setup(kind, foreach, layers)
     before = set(map(id, perf._graphs))
 
