@@ -28,6 +28,8 @@ _BACKWARD_HOOK_DICTS = ("_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_BACKWARD_HOOK_DICTS = ("_global_backward_hooks", "_global_backward_pre_hooks")
 _CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
 _LIST_CONTAINERS = (torch.nn.ModuleList, torch.nn.Sequential)
+_DICT_KEY_ITERATOR = type(iter({}))  # ModuleDict.__iter__: iter(self._modules)
+_DICT_VALUE_ITERATOR = type(iter({}.values()))  # ModuleList's and Sequential's: iter(self._modules.values())
 
 
 def _is_torch_method(module: torch.nn.Module, name: str, owners: Tuple[type, ...]) -> bool:
@@ -321,6 +323,23 @@ class NNModuleVariable(VariableTracker):
         if isinstance(self.module, torch.nn.ModuleDict):
             return [ConstantVariable(k) for k in self.module._modules]
         return [self.getitem(tx, i) for i in range(len(self.module))]
+
+    def python_iterator(self, tx) -> Optional[ListIteratorVariable]:
+        """iter() of a container whose __iter__ is torch's: its entries now (their keys guarded), of
+        the type torch's __iter__ gives (an iterator over `_modules`' values, or its keys for a
+        ModuleDict), so generated code makes it again as iter(module), moved on. None (a snapshot,
+        which cannot leave the trace) where generated code would not get this very module back."""
+        if not self.has_unpack_var_sequence(tx) or not self._reads_back():
+            return None
+        items = self.unpack_var_sequence(tx)
+        iter_type = _DICT_KEY_ITERATOR if isinstance(self.module, torch.nn.ModuleDict) else _DICT_VALUE_ITERATOR
+        return ListIteratorVariable(items, iter_type=iter_type, rebuild=Rebuild(iter, [self]))
+
+    def _reads_back(self) -> bool:
+        """Whether generated code gets this very module back: read from its source, or a slice of one."""
+        if isinstance(self, SlicedContainerVariable):
+            return self.container._reads_back()
+        return self.source is not None
 
     def getitem(self, tx, index: Any) -> VariableTracker:
         if isinstance(index, slice):
