@@ -29,6 +29,7 @@ compile_progress_after: float = 2.0
 # A code object whose entries keep being dropped (an object one of its identity guards names was
 # freed: a fresh module, an object new on each call) compiles this many entries in all, live and
 # dropped, then runs unconverted (with the cache-limit warning), so it never compiles on every call.
+# Resume functions stop at cache_size_limit instead.
 dropped_entry_limit: int = 64
 
 

@@ -23,7 +23,7 @@ from .guard_set import build_check_function, dropped_entries
 from .guards import CheckFunction
 from .frame_codegen import transformed_code
 from .output_graph import OutputGraph
-from .resume_execution import frame_name
+from .resume_execution import frame_name, is_resume_function
 from .skip_policy import frame_skip_reason
 from .symbolic_convert import InstructionTranslator
 
@@ -68,12 +68,15 @@ def dropped_entry_reason(code: types.CodeType) -> Optional[str]:
 
 
 def reached_limit_by_dropping(code: types.CodeType) -> bool:
-    """Whether the live and dropped entries of this code reach `config.dropped_entry_limit`: an object new on
-    each call that an identity guard names (an argument made by the caller, a value handed on to a
-    resume function) dies after each call, and would otherwise compile the code again, forever."""
+    """Whether the live and dropped entries of this code reach its limit: an object new on each call
+    that an identity guard names (an argument made by the caller, a value handed on to a resume
+    function) dies after each call, and would otherwise compile the code again, forever. A resume
+    function's arguments come from the frame before it: the cache size limit; other code (a fresh
+    module each time, say) `config.dropped_entry_limit`."""
     if code not in dropped_entries:
         return False
-    return len(_C.get_cache_entries(code)) + dropped_entries[code][0] >= config.dropped_entry_limit
+    limit = _C.get_cache_size_limit() if is_resume_function(code) else config.dropped_entry_limit
+    return len(_C.get_cache_entries(code)) + dropped_entries[code][0] >= limit
 
 
 def _on_cache_limit(frame: Any) -> None:
