@@ -463,8 +463,13 @@ class UserDefinedObjectVariable(VariableTracker):
             return None
         dict_source = self.source and GetItemSource(AttrSource(self.source, "__dict__"), name)
         if name in real:
-            return tx.wrap(real[name], dict_source if has_python_getattribute(type(self.obj)) else
-                           self.source and AttrSource(self.source, name))
+            # guards read the entry from the dict where a getattr could run user code or find
+            # something else once it is gone: a Python __getattribute__ or __getattr__, or a class
+            # attribute the entry shadows (a cached_property the guard itself would compute)
+            cls = type(self.obj)
+            through_dict = (has_python_getattribute(cls) or class_attribute(cls, name) is not MISSING
+                            or class_attribute(cls, "__getattr__") is not MISSING)
+            return tx.wrap(real[name], dict_source if through_dict else self.source and AttrSource(self.source, name))
         if self.source is not None:
             tx.output.add_guard(Guard(AttrSource(self.source, "__dict__"), GuardKind.DICT_CONTAINS, (name, False)))
         return None
