@@ -28,6 +28,7 @@ class Failure:
     message: str
     path: str = ""  # the repro file, once written
     known: Tuple[str, ...] = ()  # KNOWN_OPEN classes whose features the case uses
+    shared: bool = False  # torch.compile differs from eager in exactly the same way (not counted as ours)
 
 
 def run_one(case: Case) -> Optional[Failure]:
@@ -36,17 +37,30 @@ def run_one(case: Case) -> Optional[Failure]:
     try:
         runtime.run_case(case.program(), case.run_steps(), case.target, case.backend, case.exact)
     except runtime.Mismatch as e:
-        return Failure(case.seed, e.what, str(e))
+        return Failure(case.seed, e.what, str(e), shared=_torch_differs_alike(case, str(e)))
     except Exception as e:  # the harness or the program's setup broke: a fuzzer bug, reported as such
         return Failure(case.seed, "harness", f"{type(e).__name__}: {e}")
     return None
+
+
+def _torch_differs_alike(case: Case, message: str) -> bool:
+    """Whether torch.compile, run on the same case, gives the very same difference from eager (a limit
+    of a library both use, such as aot_autograd's compiled backward running once)."""
+    from . import runtime
+    try:
+        runtime.run_case(case.program(), case.run_steps(), case.target, case.backend, case.exact, front="torch")
+    except runtime.Mismatch as e:
+        return str(e) == message
+    except Exception:
+        return False
+    return False
 
 
 def minimized(case: Case, failure: Failure, budget: int = 80) -> Case:
     """The smallest case found that still fails the same way."""
     def still_fails(candidate: Case) -> bool:
         again = run_one(candidate)
-        return again is not None and again.what == failure.what
+        return again is not None and again.what == failure.what and again.shared == failure.shared
     return repro.minimize(case, still_fails, budget)
 
 
@@ -88,7 +102,7 @@ def batch(seed: int, n: int, out_dir: str, families: Sequence[str] = ALL_FAMILIE
     indices = [str(i) for i, name in enumerate(KNOWN_OPEN) if name in skip]
     options = ["--minimize", minimize] + (["--skip-indices", ",".join(indices)] if indices else [])
     pending = list(range(seed, seed + n))
-    failures: List[Failure] = []
+    failures: List[Failure] = []  # shared ones included, marked
     started = time.time()
     while pending:
         crashed = _run_worker(pending, families, out_dir, options, failures)
@@ -140,7 +154,8 @@ def _follow(proc: subprocess.Popen, pending: List[int], failures: List[Failure])
         if "what" in record:
             failure = Failure(**dict(record, known=tuple(record["known"])))
             failures.append(failure)
-            known = f" [known: {'; '.join(k.split(':')[0] for k in failure.known)}]" if failure.known else " [NEW]"
+            known = (" [shared with torch.compile]" if failure.shared else
+                     f" [known: {'; '.join(k.split(':')[0] for k in failure.known)}]" if failure.known else " [NEW]")
             print(f"seed {failure.seed}:{known} {failure.message[:300]} -> {failure.path}", flush=True)
         if len(pending) % 100 == 0:
             print(f"... {len(pending)} cases left, {len(failures)} failures", flush=True)
@@ -149,12 +164,16 @@ def _follow(proc: subprocess.Popen, pending: List[int], failures: List[Failure])
 def _summary(seed: int, n: int, failures: List[Failure], out_dir: str, seconds: float) -> None:
     groups: Dict[str, List[int]] = collections.defaultdict(list)
     for f in failures:
-        groups[f"{f.what}, {'uses known open features' if f.known else 'NEW (no known open feature)'}"].append(f.seed)
-    lines = [f"{n} cases from seed {seed} in {seconds:.0f} s: {len(failures)} failing"]
+        kind = ("shared with torch.compile, not counted" if f.shared else
+                "uses known open features" if f.known else "NEW (no known open feature)")
+        groups[f"{f.what}, {kind}"].append(f.seed)
+    ours = [f for f in failures if not f.shared]
+    lines = [f"{n} cases from seed {seed} in {seconds:.0f} s: {len(ours)} failing"
+             f" ({len(failures) - len(ours)} more where torch.compile differs from eager alike)"]
     lines += [f"  {key}: {len(seeds)} (seeds {', '.join(map(str, seeds[:20]))})" for key, seeds in sorted(groups.items())]
     text = "\n".join(lines)
     print(text)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"summary_{seed}_{n}.txt"), "w") as f:
-        f.write(text + "\n" + "\n".join(f"{x.seed}\t{x.what}\t{x.path}\t{x.message}\t{'; '.join(x.known)}"
+        f.write(text + "\n" + "\n".join(f"{x.seed}\t{x.what}{' (shared)' if x.shared else ''}\t{x.path}\t{x.message}\t{'; '.join(x.known)}"
                                         for x in failures) + "\n")

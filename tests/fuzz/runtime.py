@@ -375,15 +375,26 @@ def _call(step: int, args_code: str, backward: bool, eager_side, comp_side, exac
     return 1
 
 
-def run_case(program: str, steps: list, target: str = "f", backend: str = "eager", exact: bool = True) -> int:
+# What torch.compile runs for each of our backends, when a case is checked against it: the same
+# aot_autograd wrapping (where ours uses it) with torch's own kernels.
+TORCH_BACKENDS = {"eager": "eager", "aot_eager": "aot_eager", "cpp": "aot_eager", "triton": "aot_eager"}
+
+
+def run_case(program: str, steps: list, target: str = "f", backend: str = "eager", exact: bool = True,
+             front: str = "minidynamo") -> int:
     """Builds `program` twice, compiles `target` of one copy, applies `steps` to both; returns the calls
-    checked. Steps: ("call", args_expr[, "backward"]), ("mutate", code), ("state", code run once)."""
+    checked. Steps: ("call", args_expr[, "backward"]), ("mutate", code), ("state", code run once).
+    `front` "torch" compiles with torch.compile instead (TORCH_BACKENDS), to tell our differences
+    from eager apart from those torch.compile shares."""
     baseline = torch_state()
     minidynamo.reset()
+    torch._dynamo.reset()
     calls = 0
     try:
         eager_ns, comp_ns = build(program), build(program)
-        compiled = minidynamo.compile(getattr(comp_ns, target), backend=backend)
+        fn = getattr(comp_ns, target)
+        compiled = (torch.compile(fn, backend=TORCH_BACKENDS[backend]) if front == "torch" else
+                    minidynamo.compile(fn, backend=backend))
         for index, (kind, code, *flags) in enumerate(steps):
             if kind == "state":
                 exec(code, {"torch": torch})
@@ -395,4 +406,5 @@ def run_case(program: str, steps: list, target: str = "f", backend: str = "eager
     finally:
         set_torch_state(baseline)
         minidynamo.reset()
+        torch._dynamo.reset()
     return calls
