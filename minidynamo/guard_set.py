@@ -8,7 +8,6 @@ Python fallback. The set holds no strong reference to the frame's globals (see c
 """
 from __future__ import annotations
 
-import collections
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -17,7 +16,7 @@ import torch
 from torch._C._dynamo.guards import TensorGuards
 
 from . import _C
-from .guards import CheckFunction, Guard, GuardKind, NotExpressible, detach_value, reason_for
+from .guards import CheckFunction, Guard, GuardKind, NotExpressible, detach_value, guard_scope, reason_for
 from .module_lookup import class_attribute, module_item_source
 from .source import (AttrSource, CellContentsSource, DefaultsSource, GetItemSource, GlobalsDictSource, GlobalSource,
                      KeyedBySourceItemSource, LocalSource, ModuleGlobalsSource, Source, read_value)
@@ -73,7 +72,7 @@ class GuardSetBuilder:
                  namespaces: Dict[str, Dict[str, Any]]) -> None:
         self.code = code
         self.slots = local_slots(code)
-        self.scope = {**namespaces, "L": f_locals, "G": f_globals}
+        self.scope = guard_scope(namespaces, L=f_locals, G=f_globals)
         self.namespaces = namespaces
         self.accessors: List[Tuple[int, int, Any, int]] = []
         self.accessor_index: Dict[str, int] = {}
@@ -264,8 +263,7 @@ def build_check_function(code: types.CodeType, guards: Sequence[Guard], f_locals
 def _python_check(guards: List[Guard], namespaces: Dict[str, Dict[str, Any]]) -> Callable[..., bool]:
     """One Python function, compiled once, for the guards the C guard set leaves to Python, called
     with the frame's locals and globals: each kind's rule says how it reads there."""
-    scope: Dict[str, Any] = {**namespaces, "torch": torch, "types": types, "collections": collections, "___reason": reason_for,
-                             "___guards": guards, "___namespaces": namespaces}
+    scope = guard_scope(namespaces, ___reason=reason_for, ___guards=guards, ___namespaces=namespaces)
     terms = [term for i, guard in enumerate(guards) for term in guard.kind.rule.python_terms(guard, i)]
     source = ("def ___check(L, G):\n    try:\n        return (" + "\n            and ".join(terms or ["True"])
               + ")\n    except Exception:\n        return False\n")

@@ -638,10 +638,16 @@ def render_source(guards: Sequence[Guard]) -> str:
     return f"def check(L):\n    return ({body})\n"
 
 
+def guard_scope(namespaces: Dict[str, Dict[str, Any]], **names: Any) -> Dict[str, Any]:
+    """What guard expressions are evaluated in: the module namespaces they read, the modules their
+    source names spell out (`types.MappingProxyType.keys(...)`), and `names` (L, G...)."""
+    return {**namespaces, "torch": torch, "types": types, "collections": collections, **names}
+
+
 def failure_reason(guards: Sequence[Guard], f_locals: Dict[str, Any], f_globals: Dict[str, Any],
                    namespaces: Dict[str, Dict[str, Any]]) -> Optional[str]:
     """The first guard that fails on these locals, in words; None if all pass."""
-    scope = {**namespaces, "L": f_locals, "G": f_globals, "torch": torch, "types": types, "collections": collections}
+    scope = guard_scope(namespaces, L=f_locals, G=f_globals)
     tensors: List[Tuple[str, Any]] = []
     # in the order the C guard set checks them: shape relations last
     for guard in sorted(guards, key=lambda g: g.kind is GuardKind.SHAPE_ENV):

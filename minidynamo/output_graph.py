@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import keyword
 import operator
 import re
 import time
@@ -46,6 +47,19 @@ from .variables.sym import SYM_TYPES, SliceVariable, SymNodeVariable, specialize
 from .variables.tensor import TensorVariable, may_write_in_place
 
 _CALL_OPS = ("call_function", "call_method", "call_module")
+
+
+def keywords_caller(fn: Callable) -> Callable:
+    """`fn` as a graph op taking its keywords as a dict: for names that are no Python identifiers
+    (`from`), which the graph's code could not spell as keywords."""
+    def call(args: tuple, kwargs: Dict[str, Any]) -> Any:
+        return fn(*args, **kwargs)
+    call.__name__ = call.__qualname__ = f"{getattr(fn, '__name__', 'op')}_with_keywords"
+    return call
+
+
+def _is_argument_name(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
 
 
 class _TraceFakeMode(FakeTensorMode):
@@ -345,7 +359,11 @@ class OutputGraph:
         example = specialized_value(example)
         if is_constant_value(example) and example is not None:
             return ConstantVariable(example)
-        node = self.create_node(op, target, node_args, node_kwargs)
+        if all(_is_argument_name(k) for k in node_kwargs):
+            node = self.create_node(op, target, node_args, node_kwargs)
+        else:  # `t.random_(**{"from": 0})`: the graph's code could not spell the call
+            fn = getattr(torch.Tensor, target) if op == "call_method" else target
+            node = self.create_node("call_function", keywords_caller(fn), (node_args, node_kwargs), {})
         return self._wrap_result(node, example, _tensor_trackers([*args, *kwargs.values()]))
 
     def speculate(self, trace: Callable[[], Any]) -> None:
