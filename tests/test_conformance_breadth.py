@@ -48,6 +48,58 @@ def mappingproxy_argument_read(x, m):
     return x * m["a"] + m["b"] + len(m) + ("a" in m)
 
 
+# =============================================================================================
+# tuples and lists with constants on either side
+# =============================================================================================
+@case()
+def empty_tuple_plus_tuple(x):
+    a = () + (x,)
+    return a[0] + len(a)
+
+
+@case()
+def constant_tuple_repeated_plus_tuple(x):
+    b = (1,) * 2 + (x,)
+    c = (x, 2) + (3, 4)
+    return b[2] * b[0] + c[0] + c[3] + len(b + c)
+
+
+@case()
+def list_repeated_plus_list(x):
+    c = [x] * 2 + [1]
+    d = [0] + c
+    return c[0] + c[1] + len(c) + d[3]
+
+
+# =============================================================================================
+# methods of builtin containers reached through the class
+# =============================================================================================
+@case(torch_breaks="list.append called through the class")
+def list_methods_called_unbound(x):
+    items = [x]
+    list.append(items, x + 1)
+    list.extend(items, [x * 2])
+    list.insert(items, 0, x - 1)
+    return list.__getitem__(items, 1) + items[-1] + list.__len__(items) + list.index([4, 5, 6], 5)
+
+
+@case()
+def set_and_dict_methods_called_unbound(x):
+    s = {1}
+    set.add(s, 2)
+    set.update(s, {3})
+    d = {}
+    dict.__setitem__(d, "a", x)
+    dict.update(d, b=2)
+    return d["a"] * len(s) + d["b"] + set.__contains__(s, 3)
+
+
+@case()
+def tuple_methods_called_unbound(x):
+    t = (1, 2, 2)
+    return x * tuple.count(t, 2) + tuple.index(t, 2) + tuple.__len__((x, x))
+
+
 @pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])
 def test_conformance(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)

@@ -24,8 +24,8 @@ from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
 from .lists import (BaseListVariable, EnumerateVariable, FilterVariable, IteratorVariable, ListVariable, MapVariable,
-                    ReversedListIterator, SetVariable, TupleVariable, ZipVariable, iterate, snapshot_iterator,
-                    sort_items)
+                    ReversedListIterator, SetVariable, TupleVariable, UnboundContainerMethod, ZipVariable, iterate,
+                    snapshot_iterator, sort_items)
 from .named_tuple import NamedTupleVariable
 from .nn_module import NNModuleVariable
 from .numpy import NumpyNdarrayVariable, numpy_call
@@ -68,6 +68,9 @@ _MUTATING = {operator.setitem, operator.delitem, operator.iconcat,
              *[getattr(operator, n) for n in dir(operator) if n.startswith("i") and n[1:] in dir(operator)]}
 
 
+_BUILTIN_METHOD_TYPES = (types.MethodDescriptorType, types.WrapperDescriptorType)
+
+
 class BuiltinVariable(VariableTracker):
     def __init__(self, fn: Callable, source=None) -> None:
         super().__init__(source)
@@ -88,6 +91,8 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name: str) -> VariableTracker:
         if self.fn is dict and callable(getattr(dict, name, None)):
             return DictClassMethod(dict, name)
+        if self.fn in (list, tuple, set) and isinstance(getattr_static(self.fn, name, None), _BUILTIN_METHOD_TYPES):
+            return UnboundContainerMethod(self.fn, name)
         # attributes of builtin functions and types cannot be reassigned: read without a guard
         value = getattr(self.fn, name, None)
         if value is not None and (is_stdlib(value) or name in ("__name__", "__qualname__", "__module__")):
@@ -191,6 +196,8 @@ class BuiltinVariable(VariableTracker):
 
     def _sequence_op(self, tx, a: VariableTracker, b: VariableTracker):
         fn = self.fn
+        if fn in (operator.add, operator.iadd):  # `() + t`, `(1,) + t`: a constant tuple is a tuple
+            a, b = _tuple_of_constants(a, b), _tuple_of_constants(b, a)
         if fn in (operator.add, operator.iadd) and isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable):
             if fn is operator.iadd and isinstance(a, ListVariable):
                 a.call_method(tx, "extend", [b], {})
@@ -597,6 +604,13 @@ def _is_immutable(value: VariableTracker) -> bool:
     """Whether `value` is of a type with no in-place operators (`x op= y` rebinds x to `x op y`)."""
     return (isinstance(value, (ConstantVariable, SymNodeVariable)) or type(value) is TupleVariable
             or isinstance(value, NumpyNdarrayVariable) and value.scalar)
+
+
+def _tuple_of_constants(value: VariableTracker, other: VariableTracker) -> VariableTracker:
+    """`value` as a tuple tracker where it is a constant tuple meeting a tuple tracker in `+`."""
+    if isinstance(other, TupleVariable) and value.is_python_constant() and type(value.as_python_constant()) is tuple:
+        return TupleVariable([ConstantVariable(v) for v in value.as_python_constant()])
+    return value
 
 
 def _has_sym_items(value: VariableTracker) -> bool:

@@ -232,6 +232,31 @@ _INDEXED = {type(iter(v)) for v in ((), [], "", "\xe9", b"", bytearray(), range(
     _LIST_REVERSE_ITERATOR}
 
 
+class UnboundContainerMethod(VariableTracker):
+    """A builtin container's method read from its class (`list.append`, `set.add`), called with the
+    container first: the container tracker's own method, where the container is of that class (or a
+    tracked subclass that does not define the method again)."""
+
+    def __init__(self, cls: type, name: str) -> None:
+        super().__init__()
+        self.cls = cls
+        self.name = name
+
+    def describe(self) -> str:
+        return f"{self.cls.__name__}.{self.name}"
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        target = args[0] if args else None
+        if self.cls is tuple and target is not None and all(a.is_python_constant() for a in args) and not kwargs \
+                and type(target.as_python_constant()) is tuple:  # tuple methods change nothing
+            values = [a.as_python_constant() for a in args]
+            return tx.wrap_constant(getattr(tuple, self.name)(*values))
+        if not isinstance(target, BaseListVariable) or not issubclass(target.python_cls, self.cls) \
+                or getattr(target.python_cls, self.name) is not getattr(self.cls, self.name):
+            unimplemented(f"calling {self.describe()} on {target.describe() if target else 'nothing'}")
+        return target.call_method(tx, self.name, list(args[1:]), kwargs)
+
+
 class IteratorVariable(VariableTracker):
     """An iterator advanced by FOR_ITER, next() and unpacking, one item at a time."""
 
