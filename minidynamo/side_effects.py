@@ -59,7 +59,7 @@ class StoreAttr:
     setter: Optional[Callable[[Any, str, Any], None]] = None
 
     def values(self) -> List[VariableTracker]:
-        return [self.value]
+        return [self.obj, self.value]  # the object too: a tensor the graph made must be one of its outputs
 
     def codegen(self, codegen: "PyCodegen") -> None:
         if self.setter is not None:

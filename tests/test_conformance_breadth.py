@@ -100,6 +100,42 @@ def tuple_methods_called_unbound(x):
     return x * tuple.count(t, 2) + tuple.index(t, 2) + tuple.__len__((x, x))
 
 
+# =============================================================================================
+# attributes assigned as side effects: on tensors and objects the frame did not make
+# =============================================================================================
+@case()
+def attribute_on_an_input_tensor(x):
+    x.tag = "seen"
+    return x * 2, x.tag, hasattr(x, "tag")
+
+
+@case()
+def attribute_on_a_tensor_the_graph_makes(x):
+    y = x + 1
+    y.meta = {"scale": 3}
+    return y * y.meta["scale"], y, hasattr(y, "meta"), hasattr(x + 2, "meta")
+
+
+@case(torch.nn.Parameter(torch.ones(3)))
+def attribute_on_a_parameter(p):
+    p.calls = getattr(p, "calls", 0) + 1
+    return p * p.calls
+
+
+class _Config:
+    scale = 1.0
+
+
+_CONFIG = _Config()
+
+
+@case()
+def foreign_object_attributes(x):
+    _CONFIG.extra = x.shape[0]
+    _CONFIG.scale = 2.0  # shadows the class attribute from now on
+    return x * _CONFIG.scale + _CONFIG.extra, _Config.scale
+
+
 @pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])
 def test_conformance(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)

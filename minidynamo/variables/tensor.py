@@ -95,18 +95,38 @@ class TensorVariable(VariableTracker):
         return BoundMethodCall(self, name)
 
     def _own_attribute(self, tx, name: str) -> VariableTracker:
-        """An attribute set on the tensor object itself (`x.tag = ...`), read from the real input."""
+        """An attribute set on the tensor object itself (`x.tag = ...`): assigned in this trace, or
+        read from the real input."""
+        pending = tx.output.side_effects.pending_attr(self._object_identity(tx), name)
+        if pending is not None:
+            return pending
         real = real_input(tx, self)
         if real is None or name not in getattr(real, "__dict__", {}):
             unimplemented(f"reading attribute '{name}' of a tensor")
         return tx.wrap(real.__dict__[name], AttrSource(self.source, name))
 
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        """`x.tag = value`: an attribute of the tensor object's own __dict__, assigned once the graph has
+        run (the tensor's own fields, `requires_grad`, `data`..., are not plain attributes)."""
+        if inspect.getattr_static(torch.Tensor, name, None) is not None or \
+                self.python_type().__setattr__ is not object.__setattr__:
+            unimplemented(f"assigning attribute '{name}' of a tensor")
+        tx.output.side_effects.store_attr(self, self._object_identity(tx), name, value)
+
+    def _object_identity(self, tx) -> Any:
+        """What stands for the tensor object across the trace: the real input, or the value the graph
+        makes (one fake tensor per value, whichever tracker holds it)."""
+        real = real_input(tx, self) if self.source is not None else None
+        return real if real is not None else self.example
+
     def has_attribute(self, tx, name: str) -> bool:
         """hasattr(tensor, name): the tensor class's attributes, else the real input's own ones."""
         if inspect.getattr_static(torch.Tensor, name, None) is not None:
             return True
+        if tx.output.side_effects.pending_attr(self._object_identity(tx), name) is not None:
+            return True
         if self.source is None:
-            return False  # made by the graph: nothing was set on it
+            return False  # made by the graph: nothing else was set on it
         real = real_input(tx, self)
         if real is None:
             unimplemented(f"hasattr on a tensor not passed to the graph ({self.source.name()})")
