@@ -136,6 +136,30 @@ def foreign_object_attributes(x):
     return x * _CONFIG.scale + _CONFIG.extra, _Config.scale
 
 
+# =============================================================================================
+# typing and TorchScript annotations, unions, torch.return_types made in the frame
+# =============================================================================================
+@case()
+def union_types_from_constants(x):
+    optional_int = int | None
+    number = int | float
+    return x + isinstance(3, optional_int) + isinstance(None, optional_int) + isinstance(x, number) * 2
+
+
+@case()
+def torchscript_annotations_are_no_ops(x):
+    items = torch.jit.annotate(list, [])
+    items.append(torch.jit.annotate(torch.Tensor, x * 2))
+    return items[0] + 1
+
+
+@case()
+def return_types_made_in_the_frame(x):
+    made = torch.return_types.max((x * 2, x.long()))
+    values, indices = made
+    return made.values + values, made.indices, indices.dtype, type(made).__name__
+
+
 @pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])
 def test_conformance(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)

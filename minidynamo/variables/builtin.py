@@ -681,7 +681,9 @@ _TYPE_INSTANCECHECKS = (type.__instancecheck__, abc.ABCMeta.__instancecheck__,
 
 
 def _flat_classes(classes: Any) -> List[Any]:
-    """The classes of isinstance's second argument, nested tuples flattened."""
+    """The classes of isinstance's second argument, nested tuples and unions (`int | None`) flattened."""
+    if isinstance(classes, types.UnionType):
+        classes = classes.__args__
     return [c for item in classes for c in _flat_classes(item)] if isinstance(classes, tuple) else [classes]
 
 

@@ -13,7 +13,7 @@ from .base import VariableTracker
 
 _SCALARS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented))
 _OPAQUE = (torch.dtype, torch.device, torch.layout, torch.memory_format, types.CodeType, inspect.Signature,
-           inspect.Parameter, torch.finfo, torch.iinfo, types.GenericAlias)
+           inspect.Parameter, torch.finfo, torch.iinfo, types.GenericAlias, types.UnionType)
 
 
 def is_constant_value(value: Any) -> bool:

@@ -21,6 +21,7 @@ from .constant import ConstantVariable, is_constant_value
 from .foreach import MULTI_TENSOR_HANDLERS
 from .lists import BaseListVariable
 from .misc import GradModeVariable, NullContextVariable
+from .named_tuple import NamedTupleVariable
 from .nn_module import construct_module
 from .numpy import NumpyNdarrayVariable, ndarray_as_tensor
 from .sym import SymNodeVariable
@@ -185,6 +186,11 @@ def _fake_foreach(fn: Any, args: List[VariableTracker]) -> Optional[Callable[...
     return per_tensor
 
 
+def _is_structseq(value: Any) -> bool:
+    """A C struct sequence type (torch.return_types.*): a tuple subclass with named fields."""
+    return isinstance(value, type) and issubclass(value, tuple) and hasattr(value, "n_sequence_fields")
+
+
 def is_allowed_in_graph(value: Any) -> bool:
     """Whether `torch.compiler.allow_in_graph(value)` asked for calls of `value` to be one opaque node
     of the graph instead of being traced into (the registry the decorator writes, read as it is)."""
@@ -213,6 +219,8 @@ class TorchVariable(KnownObjectVariable):
             return ConstantVariable(torch.is_grad_enabled())
         if fn in _IS_COMPILING:
             return ConstantVariable(True)
+        if fn is torch.jit.annotate and len(args) == 2 and not kwargs:  # a type hint for TorchScript
+            return args[1]
         if len(args) == 1 and isinstance(args[0], NumpyNdarrayVariable) and not kwargs:
             converted = ndarray_as_tensor(tx, fn, args[0])
             if converted is not None:
@@ -233,6 +241,10 @@ class TorchVariable(KnownObjectVariable):
             return read_setting(tx, fn)
         if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
             return construct_module(tx, fn, args, kwargs)
+        if _is_structseq(fn) and len(args) == 1 and not kwargs and args[0].has_unpack_var_sequence(tx):
+            items = args[0].unpack_var_sequence(tx)
+            if len(items) == fn.n_fields == fn.n_sequence_fields:  # torch.return_types.max((values, indices))
+                return NamedTupleVariable(items, fn)
         if isinstance(fn, type):
             unimplemented(f"constructing {fn.__qualname__} inside a compiled region")
         if (getattr(fn, "__module__", None) or "").startswith("torch.nested"):
