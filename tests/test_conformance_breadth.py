@@ -160,6 +160,55 @@ def return_types_made_in_the_frame(x):
     return made.values + values, made.indices, indices.dtype, type(made).__name__
 
 
+# =============================================================================================
+# operators and calls through the special methods of user classes
+# =============================================================================================
+class _Vec:
+    def __init__(self, t):
+        self.t = t
+
+    def __neg__(self):
+        return _Vec(-self.t)
+
+    def __pos__(self):
+        return _Vec(self.t + 0.5)
+
+    def __invert__(self):
+        return _Vec(self.t.flip(0))
+
+    def __abs__(self):
+        return self.t.abs().sum()
+
+    def __add__(self, other):
+        return _Vec(self.t + (other.t if isinstance(other, _Vec) else other))
+
+    def __radd__(self, other):
+        return _Vec(other + self.t)
+
+    def __eq__(self, other):
+        return isinstance(other, _Vec) and other.t is self.t
+
+    def __call__(self, k, scale=1):
+        return self.t * k * scale
+
+
+@case(torch_breaks="~ on a user object")
+def unary_special_methods_of_an_object_made_here(x):
+    v = _Vec(x)
+    return (-v).t, (+v).t, (~v).t, abs(-v)
+
+
+@case((rand(3), _Vec(rand(3))))
+def unary_special_methods_of_an_existing_object(x, v):
+    return (-v).t + x, abs(v)
+
+
+@case()
+def reflected_add_and_call_of_an_object_made_here(x):
+    v = 2 + _Vec(x) + 1
+    return v(3), v(2, scale=4), v == None, v != None  # noqa: E711
+
+
 @pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])
 def test_conformance(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)

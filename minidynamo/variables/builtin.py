@@ -141,6 +141,8 @@ class BuiltinVariable(VariableTracker):
             result = _user_binary_op(tx, self.fn, *args)
             if result is not None:
                 return result
+        if self.fn in _UNARY_DUNDERS and len(args) == 1 and not kwargs and _python_eq(args[0], _UNARY_DUNDERS[self.fn]):
+            return args[0].call_method(tx, _UNARY_DUNDERS[self.fn], [], {})  # `-obj`: its class's __neg__
         if self.fn in _GRAPHABLE and any(isinstance(a, TensorVariable) for a in args) and not kwargs \
                 and not (args and args[0].keyed_by_tensors):
             return tx.output.call_graph_op(tx, "call_function", self.fn, args, {})
@@ -624,6 +626,9 @@ _BINARY_DUNDERS = {
     **{getattr(operator, n + "_" if n in ("and", "or") else n): (None, f"__{n}__", f"__r{n}__") for n in _BINARY_NAMES},
     **{getattr(operator, f"i{n}"): (f"__i{n}__", f"__{n}__", f"__r{n}__") for n in _BINARY_NAMES},
 }
+
+
+_UNARY_DUNDERS = {operator.neg: "__neg__", operator.pos: "__pos__", operator.invert: "__invert__", abs: "__abs__"}
 
 
 def _user_binary_op(tx, fn: Callable, a: VariableTracker, b: VariableTracker) -> Optional[VariableTracker]:

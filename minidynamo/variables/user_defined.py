@@ -546,11 +546,16 @@ class UserDefinedObjectVariable(VariableTracker):
         return storage
 
     def call_function(self, tx, args, kwargs) -> VariableTracker:
-        call = getattr_static(type(self.obj), "__call__", None)
-        if isinstance(call, types.FunctionType):
-            method = lookup_class_attribute(tx, self, type(self.obj), "__call__", None, implicit=True)
-            return method.call_function(tx, args, kwargs)
-        return super().call_function(tx, args, kwargs)
+        return call_user_object(tx, self, type(self.obj), args, kwargs)
+
+
+def call_user_object(tx, obj: VariableTracker, cls: type, args: List[VariableTracker],
+                     kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+    """`obj(*args, **kwargs)` through the __call__ its class writes in Python."""
+    if not isinstance(getattr_static(cls, "__call__", None), types.FunctionType):
+        return VariableTracker.call_function(obj, tx, args, kwargs)
+    method = lookup_class_attribute(tx, obj, cls, "__call__", None, implicit=True)
+    return method.call_function(tx, args, kwargs)
 
 
 def _call_python_setattr(tx, obj: VariableTracker, cls: type, name: str, value: VariableTracker) -> bool:
@@ -712,6 +717,9 @@ class NewObjectVariable(VariableTracker):
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         return get_attribute(tx, self, self.cls, name)
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        return call_user_object(tx, self, self.cls, args, kwargs)
 
     def generic_getattr(self, tx, name: str) -> VariableTracker:
         """`object.__getattribute__(obj, name)`: a data descriptor of the class, the instance dict,
