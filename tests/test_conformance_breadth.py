@@ -5,7 +5,8 @@ import types
 import pytest
 import torch
 
-from translator_harness import Args, assert_same, fresh_dynamo, rand, reference_only_skip  # noqa: F401
+from translator_harness import (Args, CompileCounter, assert_equal, assert_same, fresh_dynamo, optimize,  # noqa: F401
+                                rand, reference_only_skip)
 
 CASES = {}
 
@@ -207,6 +208,83 @@ def unary_special_methods_of_an_existing_object(x, v):
 def reflected_add_and_call_of_an_object_made_here(x):
     v = 2 + _Vec(x) + 1
     return v(3), v(2, scale=4), v == None, v != None  # noqa: E711
+
+
+# =============================================================================================
+# grad-mode objects as decorators of functions made in the frame
+# =============================================================================================
+@case(rand(3, requires_grad=True))
+def no_grad_decorating_a_nested_function(x):
+    @torch.no_grad()
+    def doubled(a):
+        return a * 2, torch.is_grad_enabled()
+
+    y, inside = doubled(x)
+    return y, inside, y.requires_grad, torch.is_grad_enabled(), doubled.__name__
+
+
+@case(rand(3, requires_grad=True), torch_breaks="torch._dynamo leaves grad mode on after the decorated call")
+def enable_grad_decorator_called_under_no_grad(x):
+    @torch.enable_grad()
+    def shifted(a):
+        return a + 1
+
+    with torch.no_grad():
+        y = shifted(x)
+        z = x * 3
+    return y, y.requires_grad, z.requires_grad
+
+
+@case(rand(3, requires_grad=True))
+def set_grad_enabled_decorator_twice(x):
+    @torch.set_grad_enabled(False)
+    def scaled(a, k):
+        return a * k
+
+    return scaled(x, 2), scaled(x, 3).requires_grad, torch.is_grad_enabled()
+
+
+def _backend_flags(x):
+    out = x + 1 if torch.backends.cuda.matmul.allow_tf32 else x - 1
+    return out * (2 if torch.backends.cudnn.allow_tf32 else 3) + torch.backends.cudnn.benchmark
+
+
+def test_backend_flags_are_read_in_the_graph_and_guarded():
+    compiled = optimize(CompileCounter(), nopython=True)(_backend_flags)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
+    try:
+        for tf32, cudnn_tf32, benchmark in [(False, True, False), (True, True, False), (True, False, True)]:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = cudnn_tf32
+            torch.backends.cudnn.benchmark = benchmark
+            x = rand(3)
+            for _ in range(2):
+                assert_equal(compiled(x), _backend_flags(x))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = saved
+
+
+def _decorating(mode_factory):
+    def make(x):
+        @mode_factory()
+        def doubled(a):
+            return a * 2
+
+        return doubled(x), doubled
+    return make
+
+
+@pytest.mark.parametrize("mode_factory", [torch.no_grad, torch.enable_grad, lambda: torch.set_grad_enabled(False)])
+def test_decorated_function_made_in_the_frame_escapes(mode_factory):
+    fn = _decorating(mode_factory)
+    compiled = optimize(CompileCounter(), nopython=True)(fn)
+    x = rand(3, requires_grad=True)
+    for _ in range(2):
+        with torch.no_grad():  # the mode the escaped function is called in afterwards does not matter
+            (got, got_fn), (want, want_fn) = compiled(x), fn(x)
+        assert torch.is_grad_enabled()
+        assert_equal((got, got_fn(x), got_fn.__name__), (want, want_fn(x), want_fn.__name__))
+        assert got_fn(x).requires_grad == want_fn(x).requires_grad
 
 
 @pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])

@@ -257,6 +257,15 @@ class GradModeVariable(VariableTracker):
         self.set_mode(tx, self.previous)
         return ConstantVariable(None)
 
+    def call_function(self, tx, args: List[VariableTracker], kwargs) -> VariableTracker:
+        """`@torch.no_grad()` applied to a function in the frame: calls of it run in that mode."""
+        get_code = getattr(args[0], "get_code", None) if len(args) == 1 and not kwargs else None
+        if get_code is None or get_code().co_flags & _GENERATOR_FLAGS:
+            return super().call_function(tx, args, kwargs)
+        if self.cls is torch.set_grad_enabled:  # its __call__ undoes what its constructor switched
+            self.set_mode(tx, self.previous)
+        return GradModeFunction(self, args[0])
+
     def call_method(self, tx, name: str, args, kwargs) -> VariableTracker:
         if name == "__enter__":
             return self.enter(tx)
@@ -277,6 +286,53 @@ class GradModeVariable(VariableTracker):
         codegen.load_const(self.mode)
         codegen.load_const(self.previous)
         codegen.call(3)
+
+
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR: wrapped otherwise
+
+
+class GradModeFunction(VariableTracker):
+    """A function decorated in the frame by a grad-mode object: each call enters a fresh copy of the
+    object (the decorator's `clone`), calls the function, and leaves it."""
+
+    def __init__(self, context: GradModeVariable, fn: VariableTracker) -> None:
+        super().__init__()
+        self.context = context
+        self.fn = fn
+
+    def describe(self) -> str:
+        return f"{self.fn.describe()} decorated by {self.context.describe()}"
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.context, self.fn]
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs) -> VariableTracker:
+        context = self.context.call_method(tx, "clone", [], {})
+        context.enter(tx)
+        result = self.fn.call_function(tx, args, kwargs)
+        context.exit(tx)
+        return result
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):  # functools.wraps
+            return self.fn if name == "__wrapped__" else self.fn.var_getattr(tx, name)
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(decorated_with_grad_mode)
+        codegen.load_const(self.context.cls)
+        codegen.load_const(self.context.mode)
+        codegen.reconstruct(self.fn)
+        codegen.call(3)
+
+
+def decorated_with_grad_mode(cls: type, mode: bool, fn: Any) -> Any:
+    """`fn` decorated by a `cls` object in `mode`, the grad mode left as it is (set_grad_enabled's
+    __call__ goes back to the mode its object was made in: the current one here)."""
+    return grad_mode_object(cls, mode, torch.is_grad_enabled())(fn)
 
 
 class NullContextVariable(VariableTracker):

@@ -66,6 +66,11 @@ SETTINGS = {path: fn for path in (
     "torch.get_float32_matmul_precision", "torch.get_deterministic_debug_mode", "torch.is_warn_always_enabled",
     "torch.initial_seed", "torch.get_default_device",
     "torch._C._get_cudnn_enabled", "torch._C._get_mkldnn_enabled", "torch._C._get_privateuse1_backend_name",
+    # what torch.backends.cuda.matmul.* and torch.backends.cudnn.* flags read
+    "torch._C._get_cublas_allow_tf32", "torch._C._get_cublas_allow_fp16_reduced_precision_reduction",
+    "torch._C._get_cublas_allow_bf16_reduced_precision_reduction", "torch._C._get_cublas_allow_fp16_accumulation",
+    "torch._C._get_cudnn_allow_tf32", "torch._C._get_cudnn_benchmark", "torch._C._get_cudnn_deterministic",
+    "torch._C._get_mkldnn_deterministic",
 ) for fn in _existing(path)}
 SETTINGS["sys.getrecursionlimit"] = sys.getrecursionlimit
 _SETTING_PATHS = {id(fn): path for path, fn in SETTINGS.items()}
