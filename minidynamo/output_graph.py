@@ -74,6 +74,20 @@ class _TraceFakeMode(FakeTensorMode):
         return super().__torch_dispatch__(func, types, args, kwargs or {})
 
 
+def _share_fake_rules(mode_type: type) -> None:
+    """Higher order ops (torch.cond's, while_loop's) find their rule by the exact type of the mode:
+    the trace's mode takes FakeTensorMode's."""
+    import torch._higher_order_ops  # noqa: F401 - registers them
+
+    for op in torch._ops._higher_order_ops.values():
+        rule = op.python_key_table.get(FakeTensorMode)
+        if rule is not None and mode_type not in op.python_key_table:
+            op.py_impl(mode_type)(rule)
+
+
+_share_fake_rules(_TraceFakeMode)
+
+
 @dataclass
 class GraphArg:
     source: Source

@@ -244,6 +244,26 @@ def set_grad_enabled_decorator_twice(x):
     return scaled(x, 2), scaled(x, 3).requires_grad, torch.is_grad_enabled()
 
 
+_WEIGHT = torch.linspace(-1.0, 1.0, 3)
+
+
+@case(rand(3), -rand(3).abs())
+def cond_on_a_tensor_predicate(x):
+    return torch.cond(x.sum() > 0, lambda a: a + _WEIGHT, lambda a: a * _WEIGHT - 1, (x,))
+
+
+@case(rand(3), -rand(3).abs())
+def cond_returning_tuples_of_two_operands(x):
+    y = x * 2
+    first, second = torch.cond(x.mean() > 0, lambda a, b: (a + b, a.sin()), lambda a, b: (a - b, b.cos()), (x, y))
+    return first * second
+
+
+@case()
+def cond_on_a_python_predicate(x):
+    return torch.cond(x.shape[0] > 2, lambda a: a + 1, lambda a: a - 1, (x,))
+
+
 def _backend_flags(x):
     out = x + 1 if torch.backends.cuda.matmul.allow_tf32 else x - 1
     return out * (2 if torch.backends.cudnn.allow_tf32 else 3) + torch.backends.cudnn.benchmark

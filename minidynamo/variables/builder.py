@@ -24,7 +24,8 @@ from .builtin import BuiltinVariable, is_stdlib
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
 from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
-from .higher_order import CheckpointVariable, FunctionalCallVariable, FunctionTransformVariable, is_function_transform
+from .higher_order import (CheckpointVariable, ControlFlowOpVariable, FunctionalCallVariable, FunctionTransformVariable,
+                           is_function_transform)
 from .lists import ListVariable, SetVariable, TupleVariable
 from .misc import (BoundMethodCall, DisabledFunctionVariable, ForbiddenCallableVariable, GradModeVariable,
                    PythonModuleVariable, RestoreGradMode, WeakRefVariable, WithExitVariable, is_torch_object,
@@ -186,6 +187,9 @@ class VariableBuilder:
         if is_function_transform(value):
             self.guard(GuardKind.ID_MATCH, value)
             return FunctionTransformVariable(value, source)
+        if value is torch.cond or value is torch.while_loop:
+            self.guard(GuardKind.ID_MATCH, value)
+            return ControlFlowOpVariable(value, source)
         if isinstance(value, types.FunctionType) and is_functorch_function(value):
             VariableBuilder(tx, source and AttrSource(source, "__code__")).guard(GuardKind.ID_MATCH, value.__code__)
             return FunctorchFunctionVariable(value, source)

@@ -258,6 +258,100 @@ class TransformedFunctionVariable(VariableTracker):
         return _call_body(tx, transform.__name__, body, lambda f, inputs: transform(f, **options)(*inputs))
 
 
+# ---- torch.cond and torch.while_loop ----
+
+class ControlFlowOpVariable(VariableTracker):
+    """torch.cond / torch.while_loop: each function traced into a subgraph and the op one graph node
+    running torch's own op on the subgraphs (a Python-constant predicate picks cond's branch now)."""
+
+    def __init__(self, op: Callable, source=None) -> None:
+        super().__init__(source)
+        self.op = op
+
+    def describe(self) -> str:
+        return f"torch.{self.op.__name__}"
+
+    def real_object(self) -> Any:
+        return self.op
+
+    def call_function(self, tx, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
+        names = ("pred", "true_fn", "false_fn", "operands") if self.op is torch.cond else \
+            ("cond_fn", "body_fn", "carried_inputs")
+        given = dict(zip(names, args), **kwargs)
+        if len(args) > len(names) or set(given) - set(names):
+            unimplemented(f"{self.describe()} with arguments it does not take")
+        operands = given.get("operands", given.get("carried_inputs", TupleVariable([])))
+        if not isinstance(operands, BaseListVariable) or not all(isinstance(o, TensorVariable) for o in operands.items):
+            unimplemented(f"{self.describe()} with operands other than a tuple of tensors")
+        if self.op is torch.cond and given["pred"].is_python_constant():
+            branch = given["true_fn" if given["pred"].as_python_constant() else "false_fn"]
+            return branch.call_function(tx, list(operands.items), {})
+        functions = [given[n] for n in names[1:3]] if self.op is torch.cond else [given["cond_fn"], given["body_fn"]]
+        what = f"a call of {self.describe()}"
+        bodies = [_traced(tx, what, lambda fn=fn: trace_body(tx, fn, list(operands.items), {})) for fn in functions]
+        leading = [given["pred"]] if self.op is torch.cond else []
+        return _call_bodies(tx, self.op, leading, list(operands.items), bodies)
+
+
+def _cond(traced: bool, pred: torch.Tensor, functions: List[Callable], operands: tuple, lifted: tuple) -> Any:
+    from torch._higher_order_ops.cond import cond_op
+    if traced:
+        return cond_op(pred, *functions, (*operands, *lifted))
+    return functions[0 if pred else 1](*operands, *lifted)
+
+
+def _while_loop(traced: bool, functions: List[Callable], carried: tuple, lifted: tuple) -> Any:
+    from torch._higher_order_ops.while_loop import while_loop_op
+    if traced:
+        return while_loop_op(*functions, carried, lifted)
+    while functions[0](*carried, *lifted):
+        carried = tuple(functions[1](*carried, *lifted))
+    return carried
+
+
+def _traced_by_torch(values: tuple) -> bool:
+    """Whether torch traces the op now (fake tensors, aot_autograd's trace): then torch's own higher
+    order op runs, which traces its functions. On real tensors what it would do is done directly
+    (torch.cond would compile its functions with torch.compile on every call)."""
+    from torch._subclasses.fake_tensor import is_fake
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return get_proxy_mode() is not None or any(isinstance(v, torch.Tensor) and is_fake(v) for v in values)
+
+
+def _call_bodies(tx, op: Callable, leading: List[VariableTracker], operands: List[VariableTracker],
+                 bodies: List[Body]) -> VariableTracker:
+    """One graph node running `op` (torch.cond: the predicate leads) on functions that run the
+    bodies. Each function takes the operands and the values every body lifted from the enclosing
+    graph, and keeps its own; each returns a tuple, as torch's higher order ops want."""
+    modules, count, n_lead = [disabled(body.module) for body in bodies], len(operands), len(leading)
+    single = not isinstance(next(iter(reversed(bodies[-1].module.graph.nodes))).args[0], (tuple, list))
+    spans, start = [], count
+    for body in bodies:
+        spans.append((start, start + len(body.lifted)))
+        start += len(body.lifted)
+
+    def function(module: Callable, span: Tuple[int, int]) -> Callable:
+        def run(*values: Any) -> Any:
+            result = module(*values[:count], *values[span[0]:span[1]])
+            return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+        return run
+
+    def call(*values: Any) -> Any:
+        head, rest = values[:n_lead], values[n_lead:]
+        functions = [function(m, span) for m, span in zip(modules, spans)]
+        traced = _traced_by_torch(values)
+        result = (_cond(traced, *head, functions, rest[:count], rest[count:]) if op is torch.cond else
+                  _while_loop(traced, functions, rest[:count], rest[count:]))
+        return result[0] if single and op is torch.cond else tuple(result)
+
+    call.__name__ = call.__qualname__ = op.__name__
+    lifted = [value for body in bodies for value in body.lifted]
+    with warnings.catch_warnings():  # eager's warnings come when the graph runs
+        warnings.simplefilter("ignore")
+        return tx.output.call_graph_op(tx, "call_function", call, [*leading, *operands, *lifted], {})
+
+
 # ---- torch.func.functional_call(module, tensors, args, kwargs) ----
 
 _FUNCTIONAL_CALL_UNCONVERTED = disabled(torch.func.functional_call)
