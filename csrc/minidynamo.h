@@ -1,8 +1,8 @@
 /* Shared declarations of the minidynamo C core.
  *
- * Only frame_py311.c knows the interpreter's frame layout; everything else sees
- * `struct _PyInterpreterFrame` as opaque, so another CPython version is one more
- * frame_pyXYZ.c beside it. */
+ * Only the version layer (frame_pyXY.c, one per CPython version) knows the interpreter's frame
+ * layout and includes CPython's internal headers; everything else sees `struct _PyInterpreterFrame`
+ * as opaque, so another CPython version is one more frame_pyXY.c beside it. */
 #ifndef MINIDYNAMO_H
 #define MINIDYNAMO_H
 
@@ -44,13 +44,24 @@ void cache_reset_all(void);
 int cache_drop_functions(void);
 void cache_live_counts(Py_ssize_t *extras, Py_ssize_t *entries);
 
-/* ---- frame_py311.c: the version-specific frame layer ---- */
+/* ---- frame_pyXY.c: the version layer, all that depends on one CPython version's internals ---- */
 
-PyCodeObject *frame_code(struct _PyInterpreterFrame *f);      /* borrowed */
-int frame_is_convertible(struct _PyInterpreterFrame *f);      /* fresh function frame, not a generator */
+PyCodeObject *frame_code(struct _PyInterpreterFrame *f);         /* borrowed */
+PyFunctionObject *frame_function(struct _PyInterpreterFrame *f); /* borrowed */
+PyObject *frame_globals(struct _PyInterpreterFrame *f);          /* borrowed */
+PyObject *frame_builtins(struct _PyInterpreterFrame *f);         /* borrowed */
+PyObject *frame_slot(struct _PyInterpreterFrame *f, int i);      /* borrowed content of a slot; NULL if empty */
+int frame_is_convertible(struct _PyInterpreterFrame *f);        /* fresh function frame, not a generator */
+/* fn(*the frame's first nargs slots) */
+PyObject *frame_vectorcall(PyObject *fn, struct _PyInterpreterFrame *f, Py_ssize_t nargs);
+/* The hook did not hand the frame to the evaluator (it ran cached code, or failed first): clears and
+ * pops the frame where the evaluator would have (from 3.12 on), or leaves that to the caller (3.11). */
+void frame_finish(PyThreadState *ts, struct _PyInterpreterFrame *f);
+
+/* ---- frame.c: the version-neutral rest of the frame layer, built on the accessors above ---- */
+
 PyObject *frame_locals(struct _PyInterpreterFrame *f);        /* new dict of bound locals and free vars */
 PyObject *frame_local(struct _PyInterpreterFrame *f, Py_ssize_t slot); /* borrowed; NULL if unbound */
-PyObject *frame_globals(struct _PyInterpreterFrame *f);       /* borrowed */
 PyObject *frame_info(struct _PyInterpreterFrame *f);          /* new FrameInfo for the callback */
 PyObject *frame_call_entry(CacheEntry *entry, struct _PyInterpreterFrame *f);
 /* New reference to `code` with every parameter made positional, checked against `orig`'s layout.
