@@ -58,3 +58,8 @@ PyObject *frame_vectorcall(PyObject *fn, struct _PyInterpreterFrame *f, Py_ssize
 void frame_finish(PyThreadState *ts, struct _PyInterpreterFrame *f)
 {
 }
+
+uint64_t dict_version(PyObject *dict)
+{
+    return ((PyDictObject *)dict)->ma_version_tag;
+}

@@ -9,6 +9,23 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Public C API under the names of CPython 3.13; 3.11 spells them differently. */
+#if PY_VERSION_HEX < 0x030C0000
+#define PyUnstable_Eval_RequestCodeExtraIndex _PyEval_RequestCodeExtraIndex
+#define PyUnstable_Code_GetExtra _PyCode_GetExtra
+#define PyUnstable_Code_SetExtra _PyCode_SetExtra
+#endif
+#if PY_VERSION_HEX < 0x030D0000
+#define PyObject_GetOptionalAttr _PyObject_LookupAttr
+#define PyLong_AsInt _PyLong_AsInt
+static inline int PyWeakref_GetRef(PyObject *ref, PyObject **target)
+{
+    PyObject *obj = PyWeakref_GetObject(ref);
+    *target = obj == NULL || obj == Py_None ? NULL : Py_NewRef(obj);
+    return obj == NULL ? -1 : *target != NULL;
+}
+#endif
+
 struct _PyInterpreterFrame;
 
 /* ---- cache.c: per-code cache entries stored in co_extra ---- */
@@ -57,6 +74,8 @@ PyObject *frame_vectorcall(PyObject *fn, struct _PyInterpreterFrame *f, Py_ssize
 /* The hook did not hand the frame to the evaluator (it ran cached code, or failed first): clears and
  * pops the frame where the evaluator would have (from 3.12 on), or leaves that to the caller (3.11). */
 void frame_finish(PyThreadState *ts, struct _PyInterpreterFrame *f);
+/* Equal results for one dict object mean it was not modified in between. */
+uint64_t dict_version(PyObject *dict);
 
 /* ---- frame.c: the version-neutral rest of the frame layer, built on the accessors above ---- */
 
