@@ -9,6 +9,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#ifdef Py_GIL_DISABLED
+#error "minidynamo's C core relies on the GIL; free-threaded CPython builds are not supported"
+#endif
+
 /* Public C API under the names of CPython 3.13; 3.11 spells them differently. */
 #if PY_VERSION_HEX < 0x030C0000
 #define PyUnstable_Eval_RequestCodeExtraIndex _PyEval_RequestCodeExtraIndex
