@@ -60,6 +60,8 @@ PyObject *frame_vectorcall(PyObject *fn, struct _PyInterpreterFrame *f, Py_ssize
  * it, freeing its data-stack chunk when the frame was the chunk's first. */
 void frame_finish(PyThreadState *ts, struct _PyInterpreterFrame *f)
 {
+    /* Left unset on entry; CPython reads it only to link a frame object that outlives the frame. */
+    f->previous = NULL;
     _PyEval_FrameClearAndPop(ts, f);
 }
 
