@@ -242,6 +242,20 @@ class ContainsSource(ChainedSource):
 
 
 @dataclass(frozen=True)
+class IterationOrderSource(ChainedSource):
+    """`tuple(base)`: the order a set iterates in, which equal sets need not share (it follows the
+    hash table's history)."""
+
+    def expression(self) -> str:
+        return f"tuple({self.base.name()})"
+
+    def reconstruct(self, codegen: "PyCodegen") -> None:
+        codegen.load_function(tuple)
+        codegen.load_source(self.base)
+        codegen.call(1)
+
+
+@dataclass(frozen=True)
 class CallSource(ChainedSource):
     """What calling `base` with no arguments returns (a weak reference's referent)."""
 

@@ -17,7 +17,8 @@ from ..exc import unimplemented, unimplemented_frame
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..polyfills import SUBSTITUTES
-from ..source import AttrSource, GetItemSource, GlobalsDictSource, LocalSource, MethodCallSource, Source
+from ..source import (AttrSource, GetItemSource, GlobalsDictSource, IterationOrderSource, LocalSource, MethodCallSource,
+                      Source)
 from .autograd_function import AutogradFunctionClassVariable, is_custom_autograd_function
 from .base import UnboundMethodCall, VariableTracker
 from .builtin import BuiltinVariable, is_stdlib
@@ -73,6 +74,12 @@ class VariableBuilder:
     def guard(self, kind: GuardKind, value: Any) -> None:
         if self.source is not None:
             self.tx.output.add_guard(Guard(self.source, kind, value))
+
+    def guard_iteration_order(self, value: Any) -> None:
+        """Equal sets can iterate in different orders (their hash tables' histories differ): where the
+        trace may iterate one, its order is guarded too."""
+        if type(value) in (set, frozenset) and len(value) > 1 and self.source is not None:
+            self.tx.output.add_guard(Guard(IterationOrderSource(self.source), GuardKind.EQUALS_MATCH, tuple(value)))
 
     def __call__(self, value: Any) -> VariableTracker:
         if (type(value) in _TRACKED_CONTAINERS or self._module_by_structure(value)) and self.source is not None:
@@ -130,6 +137,7 @@ class VariableBuilder:
                 return symbolic
         if is_constant_value(value):
             self.guard(GuardKind.EQUALS_MATCH, value)
+            self.guard_iteration_order(value)
             return ConstantVariable(value, source)
         if isinstance(value, torch.nn.Module):
             if self.by_structure:  # every fact read of it is guarded where it is read
@@ -148,7 +156,11 @@ class VariableBuilder:
             return NamedTupleVariable(items, type(value), source)
         if type(value) is set and all(is_constant_value(v) for v in value):
             self.guard(GuardKind.EQUALS_MATCH, set(value))  # a copy: the set itself may change later
-            return SetVariable([ConstantVariable(v) for v in value], source)
+            self.guard_iteration_order(value)
+            real = value.copy()
+            if tuple(real) != tuple(value):
+                unimplemented("a set whose copy iterates in another order")
+            return SetVariable([], source, real)
         if isinstance(value, functools.partial):
             self.guard(GuardKind.TYPE_MATCH, type(value))
             if source is not None:  # another partial of the same function may bind more arguments
@@ -347,7 +359,7 @@ def wrap_constant_result(value: Any) -> VariableTracker:
     if type(value) is dict:
         return ConstDictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     if type(value) is set:
-        return SetVariable([ConstantVariable(v) for v in value])
+        return SetVariable([], real=value)
     if type(value) is types.MappingProxyType:
         return ConstDictVariable({k: wrap_constant_result(v) for k, v in value.items()})
     unimplemented(f"a {type(value).__name__} computed from constants")

@@ -171,20 +171,29 @@ _SET_MUTATORS = ("add", "update", "discard", "remove", "clear", "pop", "intersec
 
 
 class SetVariable(BaseListVariable):
-    """A set of constants (sets of tensors or objects are not tracked)."""
+    """A set of constants (sets of tensors or objects are not tracked), kept as a real set that the
+    same insertions and removals as eager's built: its iteration order, which follows the hash table's
+    layout and so its history, is eager's."""
 
     python_cls = set
     has_identity = True
 
-    def __init__(self, items: List[VariableTracker], source=None) -> None:
+    def __init__(self, items: List[VariableTracker], source=None, real: Optional[set] = None) -> None:
         super().__init__([], source)
+        self.real = set() if real is None else real
         for item in items:
-            self.add(item)
+            self.real.add(item.as_python_constant())
+        self._sync()
+
+    def _sync(self) -> None:
+        self.items = [ConstantVariable(v) for v in self.real]
+
+    def as_python_constant(self) -> Any:
+        return set(self.real)
 
     def add(self, item: VariableTracker) -> None:
-        value = item.as_python_constant()
-        if all(existing.as_python_constant() != value for existing in self.items):
-            self.items.append(item)
+        self.real.add(item.as_python_constant())
+        self._sync()
 
     def getitem(self, tx, index: Any) -> VariableTracker:
         unimplemented("indexing a set")
@@ -193,28 +202,26 @@ class SetVariable(BaseListVariable):
         if name in _SET_MUTATORS:
             return self.mutate(tx, name, args, kwargs)
         if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(args[0].as_python_constant() in self.as_python_constant())
+            return ConstantVariable(args[0].as_python_constant() in self.real)
         if name == "__len__":
-            return ConstantVariable(len(self.items))
+            return ConstantVariable(len(self.real))
         if all(a.is_python_constant() for a in args) and hasattr(set, name) and not kwargs:
-            return tx.wrap_constant(getattr(self.as_python_constant(), name)(*[a.as_python_constant() for a in args]))
+            result = getattr(self.real, name)(*[a.as_python_constant() for a in args])
+            return SetVariable([], real=result) if type(result) is set else tx.wrap_constant(result)
         unimplemented(f"set.{name}")
 
     def mutate(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> VariableTracker:
-        """An in-place method, run on the constant values; items keep their order, new ones go last."""
-        if name == "pop" or kwargs or not all(a.is_python_constant() for a in args):
+        """An in-place method, run on the real set as eager runs it on its own."""
+        if kwargs or not all(a.is_python_constant() for a in args):
             unimplemented(f"set.{name} with these arguments")
-        values = self.as_python_constant()
-        if name == "remove" and args and args[0].as_python_constant() not in values:
-            unimplemented("set.remove of a missing element")
-        getattr(values, name)(*[a.as_python_constant() for a in args])
+        values = [a.as_python_constant() for a in args]
+        if (name == "remove" and values and values[0] not in self.real) or (name == "pop" and not self.real):
+            unimplemented(f"set.{name} of a missing element (Python raises)")
+        result = getattr(self.real, name)(*values)
         if self.source is not None:
             tx.output.side_effects.mutate_container(self)
-        kept = [item for item in self.items if item.as_python_constant() in values]
-        self.items = kept
-        for value in values:
-            self.add(ConstantVariable(value))
-        return ConstantVariable(None)
+        self._sync()
+        return ConstantVariable(result)
 
     def reconstruct(self, codegen) -> None:
         if self.source is not None:
