@@ -32,11 +32,8 @@ def live_locals(instructions: Instructions) -> List[FrozenSet[str]]:
             out: Set[str] = set()
             for j in successors(instructions, i):
                 out |= live[j]
-            instr = instrs[i]
-            if instr.name == "STORE_FAST":
-                out = out - {instr.arg}
-            elif instr.name in ("LOAD_FAST", "DELETE_FAST"):
-                out = out | {instr.arg}
+            reads = {name for name in pyversion.locals_read(instrs[i]) if isinstance(name, str)}
+            out = (out | reads) - set(pyversion.locals_written(instrs[i]))
             if out != live[i]:
                 live[i] = out
                 changed = True
