@@ -72,6 +72,7 @@ class BytecodeVersion:
                                                               "DELETE_FAST": lambda arg: (arg,)}
     local_writes: Dict[str, Callable[[Any], Sequence[Any]]] = {"STORE_FAST": lambda arg: (arg,)}
     null_before_callable = True  # where a call wants the NULL beside a callable that is not a bound method
+    generator_entry_depth = 0  # the stack depth a generator's code starts at (RETURN_GENERATOR pushes)
 
     # ---- reading instructions ----
 
@@ -224,7 +225,7 @@ class BytecodeVersion:
             handler.update((offset, entry) for offset in range(entry.start, entry.end, 2))
         terminators = frozenset(dis.opmap[name] for name in self.terminators)
         depths: Dict[int, int] = {}
-        pending = [(0, 1 if code.co_flags & _GENERATOR_FLAGS else 0)] if order else []
+        pending = [(0, self.generator_entry_depth if code.co_flags & _GENERATOR_FLAGS else 0)] if order else []
         while pending:
             offset, depth = pending.pop()
             if offset not in instrs:

@@ -18,6 +18,7 @@ _CALL_PREFIX_OPS = frozenset({"KW_NAMES", "PRECALL"})
 
 class Bytecode311(base.BytecodeVersion):
     attribute_loads = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+    generator_entry_depth = 1  # RETURN_GENERATOR pushes nothing here, the POP_TOP after it pops
     break_pops = {
         **base.BytecodeVersion.break_pops,
         "CALL_FUNCTION_EX": lambda i: 3 + (i.arg & 1),
