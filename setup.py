@@ -5,9 +5,13 @@ from typing import Dict, List, Sequence, Tuple
 
 from setuptools import Extension, setup
 
-# One C file per supported CPython version knows its frame layout; minidynamo/pyversion/ has the
-# matching Python module for its bytecode.
-FRAME_FILES: Dict[Tuple[int, int], str] = {(3, 11): "csrc/frame_py311.c"}
+# One C file per supported CPython version knows its frame layout (csrc/frame.c holds what they share);
+# minidynamo/pyversion/ has the matching Python module for its bytecode.
+FRAME_FILES: Dict[Tuple[int, int], str] = {
+    (3, 11): "csrc/frame_py311.c",
+    (3, 13): "csrc/frame_py313.c",
+    (3, 14): "csrc/frame_py314.c",
+}
 _FRAME_PREFIX = "csrc/frame_py"
 
 

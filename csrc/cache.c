@@ -2,7 +2,7 @@
  *
  * Every CodeExtra also sits on one global ring so that reset() and the garbage
  * collector hook can reach all of them. The free function registered with
- * _PyEval_RequestCodeExtraIndex runs when a code object dies (and when its slot is
+ * PyUnstable_Eval_RequestCodeExtraIndex runs when a code object dies (and when its slot is
  * overwritten), which frees the entries and unlinks the extra. */
 #include "minidynamo.h"
 
@@ -45,7 +45,7 @@ static void extra_free(void *p)
 
 int cache_init(void)
 {
-    extra_index = _PyEval_RequestCodeExtraIndex(extra_free);
+    extra_index = PyUnstable_Eval_RequestCodeExtraIndex(extra_free);
     if (extra_index < 0) {
         PyErr_SetString(PyExc_RuntimeError, "minidynamo: no co_extra index available");
         return -1;
@@ -56,7 +56,7 @@ int cache_init(void)
 CodeExtra *cache_lookup(PyCodeObject *code)
 {
     void *extra = NULL;
-    if (_PyCode_GetExtra((PyObject *)code, extra_index, &extra) < 0) {
+    if (PyUnstable_Code_GetExtra((PyObject *)code, extra_index, &extra) < 0) {
         PyErr_Clear();
         return NULL;
     }
@@ -78,7 +78,7 @@ CodeExtra *cache_get_or_create(PyCodeObject *code)
     extra->prev = &ring;
     ring.next->prev = extra;
     ring.next = extra;
-    if (_PyCode_SetExtra((PyObject *)code, extra_index, extra) < 0) {
+    if (PyUnstable_Code_SetExtra((PyObject *)code, extra_index, extra) < 0) {
         extra_free(extra);
         return NULL;
     }

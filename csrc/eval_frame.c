@@ -26,8 +26,13 @@ static struct {
 
 static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag);
 
+/* Returned instead of a result for a frame that the evaluator is to run after all: from CPython 3.12
+ * on, whoever does not hand a frame to the evaluator clears and pops it (frame_finish). */
+static PyObject evaluate_marker;
+#define EVALUATE (&evaluate_marker)
+
 /* ---- the C stack ----
- * With a frame-evaluation hook installed, CPython 3.11 no longer inlines Python-to-Python calls:
+ * With a frame-evaluation hook installed, CPython no longer inlines Python-to-Python calls:
  * each one nests a C call of the evaluator. Deep recursion that eager code runs in a few
  * megabytes of C stack would then overflow it. Near the end of the thread's stack, frames run
  * with the hook uninstalled (calls inline again, nothing is converted), and the hook comes back
@@ -224,15 +229,13 @@ static int consume_rerun(void)
 /* Runs a cache entry's code on the frame's arguments. A compiled graph that raised before its frame
  * did anything else visible asks (rerun_request) for the frame to run eagerly instead: what eager
  * does before the error (side effects, an except clause around it) then happens as in eager. */
-static PyObject *run_entry(PyThreadState *ts, CacheEntry *entry, struct _PyInterpreterFrame *f)
+static PyObject *run_entry(CacheEntry *entry, struct _PyInterpreterFrame *f)
 {
     PyObject *result = frame_call_entry(entry, f);
     if (result != NULL || !PyErr_ExceptionMatches(RerunFrame))
         return result;
     stats.reruns++;
-    if (consume_rerun() < 0)
-        return NULL;
-    return previous_eval(ts, f, 0);
+    return consume_rerun() < 0 ? NULL : EVALUATE;
 }
 
 /* 1 when another hook's callback is on: the frame is inside a torch.compile'd call, whose hook
@@ -251,7 +254,7 @@ static int foreign_hook_converting(PyThreadState *ts)
     return on;
 }
 
-static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *f, PyObject *callback)
+static PyObject *compile_and_run(struct _PyInterpreterFrame *f, PyObject *callback)
 {
     PyCodeObject *code = frame_code(f);
     PyObject *info = frame_info(f);
@@ -271,14 +274,12 @@ static PyObject *compile_and_run(PyThreadState *ts, struct _PyInterpreterFrame *
         Py_DECREF(guarded);
         Py_DECREF(callback);
         stats.skips++;
-        if (cache_set_skip(code, SKIP_UNTIL_RESET) < 0)
-            return NULL;
-        return previous_eval(ts, f, 0);
+        return cache_set_skip(code, SKIP_UNTIL_RESET) < 0 ? NULL : EVALUATE;
     }
     CacheEntry *entry = install_entry(code, guarded, callback);
     Py_DECREF(guarded);
     Py_DECREF(callback);
-    return entry == NULL ? NULL : run_entry(ts, entry, f);
+    return entry == NULL ? NULL : run_entry(entry, f);
 }
 
 static PyObject *eval_unhooked(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
@@ -290,21 +291,13 @@ static PyObject *eval_unhooked(PyThreadState *ts, struct _PyInterpreterFrame *f,
     return result;
 }
 
-static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
+/* Runs a cached entry for a fresh function frame, or compiles one. Returns the frame's result, NULL
+ * with an error, or EVALUATE. */
+static PyObject *convert(PyThreadState *ts, struct _PyInterpreterFrame *f, PyObject *callback, CodeExtra *extra)
 {
-    if (c_stack_left() < STACK_RESERVE)
-        return eval_unhooked(ts, f, throwflag);
-    PyObject *callback = tls_callback;
-    if (callback == NULL || tls_busy || throwflag || cache_size_limit == 0)
-        return previous_eval(ts, f, throwflag);
-    PyCodeObject *code = frame_code(f);
-    CodeExtra *extra = cache_lookup(code);
-    if ((extra != NULL && extra->skip != SKIP_NONE) || !frame_is_convertible(f))
-        return previous_eval(ts, f, throwflag);
     int foreign = foreign_hook_converting(ts);
     if (foreign != 0)
-        return foreign < 0 ? NULL : previous_eval(ts, f, throwflag);
-
+        return foreign < 0 ? NULL : EVALUATE;
     stats.frames++;
     if (extra != NULL && extra->head != NULL) {
         int error = 0;
@@ -315,18 +308,32 @@ static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, i
             return NULL;
         if (hit != NULL) {
             stats.hits++;
-            return run_entry(ts, hit, f);
+            return run_entry(hit, f);
         }
     }
     stats.misses++;
     if (callback == Py_False)
+        return EVALUATE;
+    if (extra != NULL && extra->n_entries >= cache_size_limit)
+        return warn_cache_limit(extra, f) < 0 ? NULL : EVALUATE;
+    return compile_and_run(f, callback);
+}
+
+static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
+{
+    if (c_stack_left() < STACK_RESERVE)
+        return eval_unhooked(ts, f, throwflag);
+    PyObject *callback = tls_callback;
+    if (callback == NULL || tls_busy || throwflag || cache_size_limit == 0)
         return previous_eval(ts, f, throwflag);
-    if (extra != NULL && extra->n_entries >= cache_size_limit) {
-        if (warn_cache_limit(extra, f) < 0)
-            return NULL;
+    CodeExtra *extra = cache_lookup(frame_code(f));
+    if ((extra != NULL && extra->skip != SKIP_NONE) || !frame_is_convertible(f))
         return previous_eval(ts, f, throwflag);
-    }
-    return compile_and_run(ts, f, callback);
+    PyObject *result = convert(ts, f, callback, extra);
+    if (result == EVALUATE)
+        return previous_eval(ts, f, 0);
+    frame_finish(ts, f);
+    return result;
 }
 
 /* ---- module functions ---- */

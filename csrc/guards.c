@@ -32,7 +32,8 @@ typedef struct {
     PyObject *expected2;  /* CHK_CALL: the result `expected()` must be; CHK_HASATTR, CHK_CONTAINS: present;
                            * CHK_BUILTINS: the objects of the names in `expected` */
     Py_ssize_t length;    /* CHK_LEN */
-    uint64_t versions[2]; /* CHK_BUILTINS: the globals' and builtins' version tags when last found unchanged */
+    PyObject *dicts[2];   /* CHK_BUILTINS: the globals and builtins last found unchanged (compared by address) */
+    uint64_t versions[2]; /* and their dict_version() then */
     unsigned long long passed_epoch;
 } GuardCheck;
 
@@ -135,30 +136,42 @@ static int same_bits(double a, double b)
     return memcmp(&a, &b, sizeof(double)) == 0;
 }
 
+/* 1 when an element of `set` is strictly equal to `x`. */
+static int set_holds_strictly(PyObject *set, PyObject *x)
+{
+    PyObject *it = PyObject_GetIter(set);
+    if (it == NULL)
+        return -1;
+    int found = 0;
+    PyObject *y;
+    while (!found && (y = PyIter_Next(it)) != NULL) {
+        found = strict_equal(x, y);
+        Py_DECREF(y);
+    }
+    Py_DECREF(it);
+    return found == 0 && PyErr_Occurred() ? -1 : found;
+}
+
 /* Sets hold no two equal elements, so each element of `a` has at most one equal element in `b`;
  * it must also be strictly equal. Guarded sets are small: the pairwise search stays cheap. */
 static int sets_strict_equal(PyObject *a, PyObject *b)
 {
     if (PySet_GET_SIZE(a) != PySet_GET_SIZE(b))
         return 0;
-    Py_ssize_t pos_a = 0, pos_b;
-    PyObject *x, *y;
-    Py_hash_t hash;
-    while (_PySet_NextEntry(a, &pos_a, &x, &hash)) {
-        int found = PySet_Contains(b, x);
-        if (found <= 0)
-            return found;
-        if (PyUnicode_CheckExact(x) || PyBytes_CheckExact(x) || x == Py_None)
-            continue; /* equal only to an element of the same type and value */
-        found = 0;
-        pos_b = 0;
-        while (!found && _PySet_NextEntry(b, &pos_b, &y, &hash))
-            if ((found = strict_equal(x, y)) < 0)
-                return -1;
-        if (!found)
-            return 0;
+    PyObject *it = PyObject_GetIter(a);
+    if (it == NULL)
+        return -1;
+    int eq = 1;
+    PyObject *x;
+    while (eq > 0 && (x = PyIter_Next(it)) != NULL) {
+        eq = PySet_Contains(b, x);
+        /* a str, bytes or None is equal only to an element of the same type and value */
+        if (eq > 0 && !PyUnicode_CheckExact(x) && !PyBytes_CheckExact(x) && x != Py_None)
+            eq = set_holds_strictly(b, x);
+        Py_DECREF(x);
     }
-    return 1;
+    Py_DECREF(it);
+    return eq > 0 && PyErr_Occurred() ? -1 : eq;
 }
 
 /* Equal values of exactly the same type, element by element: (2,) is not (2.0,), True is not 1,
@@ -198,14 +211,17 @@ static int strict_equal(PyObject *a, PyObject *b)
     return PyObject_RichCompareBool(a, b, Py_EQ);
 }
 
-/* The target of an identity or type check; NULL (and *dead set) once a weakly held one died. */
+/* The target of an identity or type check, only compared by address; NULL (and *dead set) once a
+ * weakly held one died. */
 static PyObject *check_target(GuardCheck *c, int *dead)
 {
     if (!c->weak)
         return c->expected;
-    PyObject *target = PyWeakref_GET_OBJECT(c->expected);
-    if (target != Py_None)
+    PyObject *target;
+    if (PyWeakref_GetRef(c->expected, &target) > 0) {
+        Py_DECREF(target); /* still alive: the reference dropped is the one just taken */
         return target;
+    }
     *dead = 1;
     return NULL;
 }
@@ -218,19 +234,20 @@ static int has_attr(PyObject *obj, PyObject *name)
         _PyType_Lookup((PyTypeObject *)obj, name) == NULL && _PyType_Lookup(Py_TYPE(obj), name) == NULL)
         return 0;
     PyObject *attr;
-    int found = _PyObject_LookupAttr(obj, name, &attr);
+    int found = PyObject_GetOptionalAttr(obj, name, &attr);
     Py_XDECREF(attr);
     return found;
 }
 
-/* None of the names is a global, and each builtin is still the object read. A dict's version tag
- * changes on every write to it: while neither dict was written, the names are not looked up. */
+/* None of the names is a global, and each builtin is still the object read. While neither dict was
+ * written since the names were last found so, they are not looked up again. */
 static int builtins_unchanged(GuardCheck *c, PyObject *globals, PyObject *builtins)
 {
     if (globals == NULL || builtins == NULL || !PyDict_Check(globals) || !PyDict_Check(builtins))
         return 0;
-    uint64_t versions[2] = {((PyDictObject *)globals)->ma_version_tag, ((PyDictObject *)builtins)->ma_version_tag};
-    if (versions[0] == c->versions[0] && versions[1] == c->versions[1])
+    uint64_t versions[2] = {dict_version(globals), dict_version(builtins)};
+    if (globals == c->dicts[0] && builtins == c->dicts[1] && versions[0] == c->versions[0] &&
+        versions[1] == c->versions[1])
         return 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c->expected); i++) {
         PyObject *name = PyTuple_GET_ITEM(c->expected, i);
@@ -239,6 +256,8 @@ static int builtins_unchanged(GuardCheck *c, PyObject *globals, PyObject *builti
         if (PyErr_Occurred() || PyDict_GetItemWithError(builtins, name) != PyTuple_GET_ITEM(c->expected2, i))
             return PyErr_Occurred() ? -1 : 0;
     }
+    c->dicts[0] = globals;
+    c->dicts[1] = builtins;
     c->versions[0] = versions[0];
     c->versions[1] = versions[1];
     return 1;
@@ -579,7 +598,7 @@ static int parse_tensors(GuardSet *gs, PyObject *seq)
     if (gs->tensor_acc == NULL)
         return -1;
     for (int i = 0; i < gs->n_tensors; i++) {
-        gs->tensor_acc[i] = _PyLong_AsInt(PySequence_Fast_GET_ITEM(seq, i));
+        gs->tensor_acc[i] = PyLong_AsInt(PySequence_Fast_GET_ITEM(seq, i));
         if ((gs->tensor_acc[i] == -1 && PyErr_Occurred()) || check_index(gs, gs->tensor_acc[i]) < 0)
             return -1;
         if (gs->tensor_acc[i] < 0) {

@@ -1,13 +1,30 @@
 /* Shared declarations of the minidynamo C core.
  *
- * Only frame_py311.c knows the interpreter's frame layout; everything else sees
- * `struct _PyInterpreterFrame` as opaque, so another CPython version is one more
- * frame_pyXYZ.c beside it. */
+ * Only the version layer (frame_pyXY.c, one per CPython version) knows the interpreter's frame
+ * layout and includes CPython's internal headers; everything else sees `struct _PyInterpreterFrame`
+ * as opaque, so another CPython version is one more frame_pyXY.c beside it. */
 #ifndef MINIDYNAMO_H
 #define MINIDYNAMO_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+/* Public C API under the names of CPython 3.13; 3.11 spells them differently. */
+#if PY_VERSION_HEX < 0x030C0000
+#define PyUnstable_Eval_RequestCodeExtraIndex _PyEval_RequestCodeExtraIndex
+#define PyUnstable_Code_GetExtra _PyCode_GetExtra
+#define PyUnstable_Code_SetExtra _PyCode_SetExtra
+#endif
+#if PY_VERSION_HEX < 0x030D0000
+#define PyObject_GetOptionalAttr _PyObject_LookupAttr
+#define PyLong_AsInt _PyLong_AsInt
+static inline int PyWeakref_GetRef(PyObject *ref, PyObject **target)
+{
+    PyObject *obj = PyWeakref_GetObject(ref);
+    *target = obj == NULL || obj == Py_None ? NULL : Py_NewRef(obj);
+    return obj == NULL ? -1 : *target != NULL;
+}
+#endif
 
 struct _PyInterpreterFrame;
 
@@ -44,13 +61,26 @@ void cache_reset_all(void);
 int cache_drop_functions(void);
 void cache_live_counts(Py_ssize_t *extras, Py_ssize_t *entries);
 
-/* ---- frame_py311.c: the version-specific frame layer ---- */
+/* ---- frame_pyXY.c: the version layer, all that depends on one CPython version's internals ---- */
 
-PyCodeObject *frame_code(struct _PyInterpreterFrame *f);      /* borrowed */
-int frame_is_convertible(struct _PyInterpreterFrame *f);      /* fresh function frame, not a generator */
+PyCodeObject *frame_code(struct _PyInterpreterFrame *f);         /* borrowed */
+PyFunctionObject *frame_function(struct _PyInterpreterFrame *f); /* borrowed */
+PyObject *frame_globals(struct _PyInterpreterFrame *f);          /* borrowed */
+PyObject *frame_builtins(struct _PyInterpreterFrame *f);         /* borrowed */
+PyObject *frame_slot(struct _PyInterpreterFrame *f, int i);      /* borrowed content of a slot; NULL if empty */
+int frame_is_convertible(struct _PyInterpreterFrame *f);        /* fresh function frame, not a generator */
+/* fn(*the frame's first nargs slots) */
+PyObject *frame_vectorcall(PyObject *fn, struct _PyInterpreterFrame *f, Py_ssize_t nargs);
+/* The hook did not hand the frame to the evaluator (it ran cached code, or failed first): clears and
+ * pops the frame where the evaluator would have (from 3.12 on), or leaves that to the caller (3.11). */
+void frame_finish(PyThreadState *ts, struct _PyInterpreterFrame *f);
+/* Equal results for one dict object mean it was not modified in between. */
+uint64_t dict_version(PyObject *dict);
+
+/* ---- frame.c: the version-neutral rest of the frame layer, built on the accessors above ---- */
+
 PyObject *frame_locals(struct _PyInterpreterFrame *f);        /* new dict of bound locals and free vars */
 PyObject *frame_local(struct _PyInterpreterFrame *f, Py_ssize_t slot); /* borrowed; NULL if unbound */
-PyObject *frame_globals(struct _PyInterpreterFrame *f);       /* borrowed */
 PyObject *frame_info(struct _PyInterpreterFrame *f);          /* new FrameInfo for the callback */
 PyObject *frame_call_entry(CacheEntry *entry, struct _PyInterpreterFrame *f);
 /* New reference to `code` with every parameter made positional, checked against `orig`'s layout.
