@@ -297,10 +297,12 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         return None
 
     def LOAD_DEREF(self, inst: Instr) -> None:
-        self.push(self.cell(inst.arg.name).load(inst.arg.name))
+        name = _closure_name(inst.arg)
+        self.push(self.cell(name).load(name))
 
     def STORE_DEREF(self, inst: Instr) -> None:
-        self.cell(inst.arg.name).store(self, inst.arg.name, self.pop())
+        name = _closure_name(inst.arg)
+        self.cell(name).store(self, name, self.pop())
 
     # ---- attributes and items ----
 
@@ -712,6 +714,12 @@ class InstructionTranslator(InstructionTranslatorBase):
             elif name in live and name in self.f_locals:
                 passed.append((name, None))
         return passed
+
+
+def _closure_name(arg: Any) -> str:
+    """The name of a cell or free variable: a CellVar or FreeVar, or (3.14 reads a cell that shares an
+    argument's slot so) the name itself."""
+    return arg if isinstance(arg, str) else arg.name
 
 
 def _holds_state_made_here(values: List[VariableTracker]) -> bool:
