@@ -29,7 +29,7 @@ COMPARE_OPS: Dict[int, Callable] = {
 }
 _GENERATOR_FLAGS = 0x20 | 0x80 | 0x200  # CO_GENERATOR, CO_COROUTINE, CO_ASYNC_GENERATOR
 _NO_COLUMNS = 13  # a line table entry giving only a line (Objects/locations.md)
-_FUNCTION_ATTRIBUTE_FLAGS = (0x08, 0x04, 0x02, 0x01)  # closure, annotations, kwdefaults, defaults
+FUNCTION_ATTRIBUTE_FLAGS = (0x08, 0x04, 0x02, 0x01)  # closure, annotations, kwdefaults, defaults
 _HAS_CONST, _HAS_NAME, _HAS_LOCAL, _HAS_FREE = (frozenset(t) for t in (dis.hasconst, dis.hasname, dis.haslocal,
                                                                         dis.hasfree))
 _HAS_JUMP = frozenset(dis.hasjrel + dis.hasjabs)
@@ -37,7 +37,8 @@ _HAS_JREL = frozenset(dis.hasjrel)
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 
 
-def _fixed(n: int) -> Callable[[Instr], int]:
+def fixed_pops(n: int) -> Callable[[Instr], int]:
+    """A `break_pops` entry: the instruction consumes `n` values whatever its argument."""
     return lambda instr: n
 
 
@@ -61,11 +62,11 @@ class BytecodeVersion:
     # (None: it cannot run there).
     break_pops: Dict[str, Callable[[Instr], Optional[int]]] = {
         "CALL": lambda i: i.arg + 2,
-        **{name: _fixed(2) for name in ("BINARY_OP", "COMPARE_OP", "CONTAINS_OP", "IS_OP", "STORE_ATTR",
+        **{name: fixed_pops(2) for name in ("BINARY_OP", "COMPARE_OP", "CONTAINS_OP", "IS_OP", "STORE_ATTR",
                                         "DELETE_SUBSCR")},
-        **{name: _fixed(1) for name in ("GET_ITER", "UNARY_NEGATIVE", "UNARY_INVERT", "UNARY_NOT",
+        **{name: fixed_pops(1) for name in ("GET_ITER", "UNARY_NEGATIVE", "UNARY_INVERT", "UNARY_NOT",
                                         "UNPACK_SEQUENCE", "DELETE_ATTR")},
-        "STORE_SUBSCR": _fixed(3),
+        "STORE_SUBSCR": fixed_pops(3),
     }
     # local-variable instructions: which of their names they read, which they write (in that order)
     local_reads: Dict[str, Callable[[Any], Sequence[Any]]] = {"LOAD_FAST": lambda arg: (arg,),
@@ -350,8 +351,12 @@ def _one_line_table(n_units: int) -> bytes:
 
 
 # ---- translator handlers shared by every version, by family ----
-# They only move values on the stack and call the translator's version-neutral steps (see
-# `VersionHandlers` of each version module). A handler of an opcode a later version dropped stays
+# They only move values on the stack and call the translator's version-neutral steps: push, pop,
+# popn, stack, push_null, null, is_null, constant, builtin, build_tuple, build_dict, build_slice,
+# call_operator, call_function, call_unpacked, make_function, set_function_attribute, load_local,
+# store_local, is_bound, cell, make_cell, load_global, load_method, context_exit, enter_context,
+# next_item, start_generator, yield_from_next, yield_from_value, jump, pop_jump_if, pop_jump_if_none,
+# jump_if_or_pop, STORE_SUBSCR and RETURN_VALUE. A handler of an opcode a later version dropped stays
 # here while an earlier supported version has it: that version never dispatches it.
 
 

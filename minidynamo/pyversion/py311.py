@@ -22,9 +22,10 @@ class Bytecode311(base.BytecodeVersion):
     break_pops = {
         **base.BytecodeVersion.break_pops,
         "CALL_FUNCTION_EX": lambda i: 3 + (i.arg & 1),
-        **{name: base._fixed(2) for name in ("BINARY_SUBSCR",)},
-        **{name: base._fixed(1) for name in ("LOAD_ATTR", "UNARY_POSITIVE")},
-        **{f"POP_JUMP_{way}_IF_{truth}": base._fixed(1) for way in ("FORWARD", "BACKWARD") for truth in ("TRUE", "FALSE")},
+        **{name: base.fixed_pops(2) for name in ("BINARY_SUBSCR",)},
+        **{name: base.fixed_pops(1) for name in ("LOAD_ATTR", "UNARY_POSITIVE")},
+        **{f"POP_JUMP_{way}_IF_{truth}": base.fixed_pops(1)
+           for way in ("FORWARD", "BACKWARD") for truth in ("TRUE", "FALSE")},
     }
 
     def immediate_call_nargs(self, instrs: Sequence[Instr], index: int) -> Optional[int]:
@@ -92,7 +93,7 @@ class Calls(base.Calls):
 
     def MAKE_FUNCTION(self, inst: Instr) -> None:
         code = self.pop()
-        attributes = {flag: self.pop() for flag in base._FUNCTION_ATTRIBUTE_FLAGS if inst.arg & flag}
+        attributes = {flag: self.pop() for flag in base.FUNCTION_ATTRIBUTE_FLAGS if inst.arg & flag}
         self.push(self.make_function(code.as_python_constant(), attributes))
 
 

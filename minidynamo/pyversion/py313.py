@@ -44,13 +44,13 @@ class Bytecode313(base.BytecodeVersion):
         **base.BytecodeVersion.break_pops,
         "CALL_KW": lambda i: i.arg + 3,  # with the tuple of keyword names on top
         "CALL_FUNCTION_EX": lambda i: 3 + (i.arg & 1),
-        "BINARY_SUBSCR": base._fixed(2),
-        "BINARY_SLICE": base._fixed(3),
-        "STORE_SLICE": base._fixed(4),
+        "BINARY_SUBSCR": base.fixed_pops(2),
+        "BINARY_SLICE": base.fixed_pops(3),
+        "STORE_SLICE": base.fixed_pops(4),
         # a method load pushes a NULL, which no local can hold: a break there resumes at it
         "LOAD_ATTR": lambda i: None if i.arg[0] else 1,
-        "POP_JUMP_IF_TRUE": base._fixed(1),
-        "POP_JUMP_IF_FALSE": base._fixed(1),
+        "POP_JUMP_IF_TRUE": base.fixed_pops(1),
+        "POP_JUMP_IF_FALSE": base.fixed_pops(1),
     }
     local_reads = {
         **base.BytecodeVersion.local_reads,
@@ -81,7 +81,7 @@ class Bytecode313(base.BytecodeVersion):
 
     def make_function(self, flags: int) -> List[Instr]:
         return [Instr("MAKE_FUNCTION"), *(Instr("SET_FUNCTION_ATTRIBUTE", flag)
-                                          for flag in base._FUNCTION_ATTRIBUTE_FLAGS if flags & flag)]
+                                          for flag in base.FUNCTION_ATTRIBUTE_FLAGS if flags & flag)]
 
     def conditional_jump(self, instr: Instr, target: Label) -> List[Instr]:
         return [*self.resume_entry(instr), Instr(instr.name, target)]
@@ -91,7 +91,8 @@ class Bytecode313(base.BytecodeVersion):
         return [Instr("TO_BOOL")] if instr.name in _TAKE_BOOL else []
 
     def replay(self, instr: Instr, kw_names: Optional[Sequence[str]]) -> List[Instr]:
-        return [*([] if self.is_conditional_jump(instr) else self.resume_entry(instr)), *super().replay(instr, kw_names)]
+        to_bool = [] if self.is_conditional_jump(instr) else self.resume_entry(instr)
+        return [*to_bool, *super().replay(instr, kw_names)]
 
     def as_free_variables(self, instr: Instr, cellvars: Sequence[str]) -> List[Instr]:
         pair = self.superinstructions.get(instr.name)

@@ -27,7 +27,7 @@ class Bytecode314(py313.Bytecode313):
     graph_breaks_on = py313.Bytecode313.graph_breaks_on | {"BUILD_TEMPLATE", "BUILD_INTERPOLATION", "JUMP_IF_TRUE",
                                                             "JUMP_IF_FALSE"}
     terminators = py313.Bytecode313.terminators - {"RETURN_CONST"}
-    break_pops = {**py313.Bytecode313.break_pops, "CALL_FUNCTION_EX": base._fixed(4)}
+    break_pops = {**py313.Bytecode313.break_pops, "CALL_FUNCTION_EX": base.fixed_pops(4)}
     del break_pops["BINARY_SUBSCR"]
     local_reads = {**py313.Bytecode313.local_reads, "LOAD_FAST_BORROW": lambda arg: (arg,),
                    "LOAD_FAST_BORROW_LOAD_FAST_BORROW": tuple}
