@@ -7,7 +7,8 @@ from . import pyversion
 from .bytecode_transformation import Instructions, is_jump
 
 
-def successors(instructions: Instructions, index: int) -> List[int]:
+def successors(instructions: Instructions, index: int, exceptional: bool = True) -> List[int]:
+    """The instructions control can go to after `index`; `exceptional`: the handler covering it too."""
     instr = instructions.instrs[index]
     result = []
     if instr.name not in pyversion.TERMINATORS:
@@ -15,7 +16,7 @@ def successors(instructions: Instructions, index: int) -> List[int]:
     if is_jump(instr):
         result.append(instructions.jump_target(instr))
     handler = instructions.handlers[index]
-    if handler is not None:
+    if handler is not None and exceptional:
         result.append(handler)
     return [i for i in result if i < len(instructions.instrs)]
 
@@ -32,11 +33,8 @@ def live_locals(instructions: Instructions) -> List[FrozenSet[str]]:
             out: Set[str] = set()
             for j in successors(instructions, i):
                 out |= live[j]
-            instr = instrs[i]
-            if instr.name == "STORE_FAST":
-                out = out - {instr.arg}
-            elif instr.name in ("LOAD_FAST", "DELETE_FAST"):
-                out = out | {instr.arg}
+            reads = {name for name in pyversion.locals_read(instrs[i]) if isinstance(name, str)}
+            out = (out | reads) - set(pyversion.locals_written(instrs[i]))
             if out != live[i]:
                 live[i] = out
                 changed = True
@@ -44,10 +42,27 @@ def live_locals(instructions: Instructions) -> List[FrozenSet[str]]:
 
 
 def in_loop(instructions: Instructions, index: int) -> bool:
-    """Whether some backward jump goes from after `index` to at or before it."""
+    """Whether some backward jump goes from after `index` to at or before it, from code that its target
+    reaches again without an exception: the jump back from an exception handler to the code after its
+    block (where 3.13 puts handlers, after the function's code) makes no loop."""
     for i, instr in enumerate(instructions.instrs):
         if is_jump(instr) and i >= index and instructions.jump_target(instr) <= index:
+            if _reaches(instructions, instructions.jump_target(instr), i):
+                return True
+    return False
+
+
+def _reaches(instructions: Instructions, start: int, goal: int) -> bool:
+    """Whether control goes from `start` to `goal` with no exception raised on the way."""
+    seen, pending = {start}, [start]
+    while pending:
+        index = pending.pop()
+        if index == goal:
             return True
+        for following in successors(instructions, index, exceptional=False):
+            if following not in seen:
+                seen.add(following)
+                pending.append(following)
     return False
 
 

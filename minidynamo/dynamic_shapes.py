@@ -159,7 +159,7 @@ class SizeSource(ChainedSource):
         codegen.load_source(self.base)
         codegen.load_attr("shape")
         codegen.load_const(self.dim)
-        codegen.append("BINARY_SUBSCR")
+        codegen.subscript()
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def _break(codegen: PyCodegen, output: OutputGraph, ending: BreakEnding) -> None
         n_results = pyversion.values_left(ending.inst, len(ending.inputs))
     branch_label = Label() if len(ending.targets) == 2 else None
     if branch_label is not None:
-        codegen.instructions.append(pyversion.forward_jump(ending.inst, branch_label))
+        codegen.instructions.extend(pyversion.conditional_jump(ending.inst, branch_label))
     if ending.restore is not None:
         codegen.instructions.append(TryEnd(try_begin))
     for r in reversed(range(n_results)):
@@ -210,15 +210,15 @@ def _call_resume(codegen: PyCodegen, ending: BreakEnding, spec: ResumeSpec, pass
     code = resume_code(ending.instructions, spec)
     if eager:
         never_convert(code)
-    codegen.push_null()
-    if code.co_freevars:
-        for name in code.co_freevars:
-            codegen.load_closure(name)
-        codegen.append("BUILD_TUPLE", len(code.co_freevars))
-        codegen.load_const(code)
-        codegen.append("MAKE_FUNCTION", 0x08)
-    else:
-        codegen.load_const(types.FunctionType(code, ending.f_globals, code.co_qualname))
+    with codegen.callable():
+        if code.co_freevars:
+            for name in code.co_freevars:
+                codegen.load_closure(name)
+            codegen.append("BUILD_TUPLE", len(code.co_freevars))
+            codegen.load_const(code)
+            codegen.make_function(0x08)
+        else:
+            codegen.load_const(types.FunctionType(code, ending.f_globals, code.co_qualname))
     for name, _ in passed:
         codegen.load_local(name)
     for name in spec.stack_argnames():

@@ -58,7 +58,17 @@ class PyCodegen:
         self.append("STORE_DEREF", cell) if cell is not None else self.append("STORE_FAST", name)
 
     def load_closure(self, name: str) -> None:
-        self.append("LOAD_CLOSURE", closure_var(self.code, name))
+        """The cell object of the frame's cell or free variable `name`."""
+        self.instructions.append(pyversion.load_closure(closure_var(self.code, name)))
+
+    def make_function(self, flags: int) -> None:
+        """A function of the code object on top, with what `flags` says lies below it (MAKE_FUNCTION's
+        flags of CPython 3.11: 0x01 defaults, 0x02 keyword defaults, 0x04 annotations, 0x08 closure)."""
+        self.instructions.extend(pyversion.make_function(flags))
+
+    def subscript(self) -> None:
+        """`container[index]` of the two values on top."""
+        self.instructions.extend(pyversion.subscript())
 
     def load_global(self, name: str) -> None:
         self.instructions.append(pyversion.load_global(name))
@@ -67,13 +77,23 @@ class PyCodegen:
         self.instructions.append(pyversion.load_attr(name))
 
     def push_null(self) -> None:
-        """What a call expects below a callable that is not a bound method."""
+        """What a call expects beside a callable that is not a bound method."""
         self.instructions.append(pyversion.push_null())
+
+    @contextlib.contextmanager
+    def callable(self) -> Iterator[None]:
+        """Within: the code pushing a callable that is not a bound method, ready for `call` (with the
+        NULL a call expects on the side where this CPython wants it)."""
+        if pyversion.NULL_BEFORE_CALLABLE:
+            self.push_null()
+        yield
+        if not pyversion.NULL_BEFORE_CALLABLE:
+            self.push_null()
 
     def load_function(self, fn: Any) -> None:
         """A callable known now, ready for `call`."""
-        self.push_null()
-        self.load_const(fn)
+        with self.callable():
+            self.load_const(fn)
 
     def call(self, nargs: int, kw_names: Tuple[str, ...] = ()) -> None:
         """Call what lies below `nargs` arguments, the last `len(kw_names)` of them by keyword."""
@@ -130,7 +150,7 @@ class PyCodegen:
         if node is not None and node in self.graph_outputs:
             self.append("LOAD_FAST", self.graph_output_var)
             self.load_const(self.graph_outputs[node])
-            self.append("BINARY_SUBSCR")
+            self.subscript()
             return
         if value.has_identity and value.source is None:  # build once, then reuse the same object
             if id(value) in self.built:

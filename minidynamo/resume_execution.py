@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Tuple
 
 from . import pyversion
-from .bytecode_transformation import CellVar, CodeCache, FreeVar, Instr, Instructions, Label, assemble
+from .bytecode_transformation import CodeCache, Instr, Instructions, Label, assemble
 from .exc import unimplemented
 
 _cache = CodeCache()  # code -> {ResumeSpec: resume code}
@@ -72,6 +72,7 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
     entry: List = pyversion.closure_prologue(len(freevars))
     for i, null in enumerate(spec.stack_nulls):
         entry.append(pyversion.push_null() if null else Instr("LOAD_FAST", f"{spec.prefix}{i}"))
+    entry.extend(pyversion.resume_entry(instructions.instrs[spec.target]))
     entry.append(Instr("JUMP_FORWARD", target_label))
 
     target_position = instructions.positions[spec.target]
@@ -81,7 +82,7 @@ def _build(instructions: Instructions, spec: ResumeSpec) -> types.CodeType:
             body.append(target_label)
         if isinstance(element, Instr) and pyversion.is_prologue(element) and position < instructions.positions[_first_real(instructions)]:
             continue
-        body.append(_as_free_variable(element))
+        body.extend(pyversion.as_free_variables(element, code.co_cellvars) if isinstance(element, Instr) else [element])
     # locals first: zero-argument super() reads the first parameter of the frame
     argnames = list(spec.local_names) + spec.stack_argnames()
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
@@ -105,15 +106,6 @@ def is_resume_function(code: types.CodeType) -> bool:
 def frame_name(code: types.CodeType) -> str:
     """The name reports give a frame: a resume function's `__resume_at_<offset>_in_<fn>`, else its name."""
     return code.co_qualname if is_resume_function(code) else code.co_name
-
-
-def _as_free_variable(element):
-    """`element`, reading a cell of the original frame as a free variable of the resume function."""
-    if isinstance(element, Instr) and isinstance(element.arg, CellVar):
-        copy = element.copy()
-        copy.arg = FreeVar(element.arg.name)
-        return copy
-    return element
 
 
 def _first_real(instructions: Instructions) -> int:

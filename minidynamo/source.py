@@ -148,7 +148,7 @@ class GetItemSource(ChainedSource):
     def reconstruct(self, codegen: "PyCodegen") -> None:
         codegen.load_source(self.base)
         codegen.load_const(self.index)
-        codegen.append("BINARY_SUBSCR")
+        codegen.subscript()
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,7 @@ class KeyedBySourceItemSource(ChainedSource):
     def reconstruct(self, codegen: "PyCodegen") -> None:
         codegen.load_source(self.base)
         codegen.load_source(self.key)
-        codegen.append("BINARY_SUBSCR")
+        codegen.subscript()
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class DefaultsSource(ChainedSource):
         codegen.load_source(self.base)
         codegen.load_attr("__kwdefaults__" if self.kwonly else "__defaults__")
         codegen.load_const(self.index)
-        codegen.append("BINARY_SUBSCR")
+        codegen.subscript()
 
 
 # Owners of MethodCallSource methods that are not builtins: named through a module guards can read.
@@ -263,8 +263,8 @@ class CallSource(ChainedSource):
         return f"{self.base.name()}()"
 
     def reconstruct(self, codegen: "PyCodegen") -> None:
-        codegen.push_null()
-        codegen.load_source(self.base)
+        with codegen.callable():
+            codegen.load_source(self.base)
         codegen.call(0)
 
 

@@ -58,8 +58,7 @@ _TRACING_NOTE = "while minidynamo traced:"
 _INTERPRETER_BUILTINS = dict(vars(builtins))
 MAX_INLINE_DEPTH = 32
 MAX_INSTRUCTIONS = 200_000
-
-_FORMAT_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
+_FUNCTION_ATTRIBUTES = {0x01: "defaults", 0x02: "kwdefaults", 0x08: "closure"}  # by MAKE_FUNCTION's flag
 
 
 def _unary(fn: Callable) -> Callable:
@@ -200,8 +199,25 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         return ConstantVariable(value)
 
     @staticmethod
+    def null() -> VariableTracker:
+        return NullVariable()
+
+    @staticmethod
     def build_tuple(items: List[VariableTracker]) -> VariableTracker:
         return TupleVariable(items)
+
+    @staticmethod
+    def build_dict(items: Dict[Any, VariableTracker]) -> VariableTracker:
+        return ConstDictVariable(items)
+
+    @staticmethod
+    def build_slice(parts: List[VariableTracker]) -> VariableTracker:
+        return make_slice(parts)
+
+    @staticmethod
+    def builtin(value: Any) -> VariableTracker:
+        """A builtin the bytecode loads without a name (AssertionError for `assert`)."""
+        return BuiltinVariable(value)
 
     # ---- what trackers ask of the translator they are handed (variables/ imports nothing above it) ----
 
@@ -251,11 +267,15 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
             return self.wrap(value, GetItemSource(self.output.namespace_source("B", builtins_ns), name))
         unimplemented(f"name '{name}' is not defined")
 
-    def LOAD_FAST(self, inst: Instr) -> None:
-        self.push(self.load_local(inst.arg))
+    def is_bound(self, name: str) -> bool:
+        return name in self.symbolic_locals
 
-    def STORE_FAST(self, inst: Instr) -> None:
-        self.symbolic_locals[inst.arg] = self.pop()
+    def store_local(self, name: str, value: VariableTracker) -> None:
+        """Bind the local `name` to `value`; a NULL (what 3.13's comprehensions restore) unbinds it."""
+        if self.is_null(value):
+            self.symbolic_locals.pop(name, None)
+        else:
+            self.symbolic_locals[name] = value
 
     def DELETE_FAST(self, inst: Instr) -> None:
         self.load_local(inst.arg)
@@ -277,19 +297,14 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         return None
 
     def LOAD_DEREF(self, inst: Instr) -> None:
-        self.push(self.cell(inst.arg.name).load(inst.arg.name))
+        name = _closure_name(inst.arg)
+        self.push(self.cell(name).load(name))
 
     def STORE_DEREF(self, inst: Instr) -> None:
-        self.cell(inst.arg.name).store(self, inst.arg.name, self.pop())
-
-    def LOAD_CLOSURE(self, inst: Instr) -> None:
-        self.push(self.cell(inst.arg.name))
+        name = _closure_name(inst.arg)
+        self.cell(name).store(self, name, self.pop())
 
     # ---- attributes and items ----
-
-    def LOAD_ATTR(self, inst: Instr) -> None:
-        obj = self.pop()
-        self.push(obj.var_getattr(self, inst.arg))
 
     def load_method(self, obj: VariableTracker, name: str) -> VariableTracker:
         """`obj.name` looked up to be called right away."""
@@ -303,11 +318,6 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     def DELETE_ATTR(self, inst: Instr) -> None:
         self.call_operator(delattr, self.pop(), ConstantVariable(inst.arg))
-
-    def BINARY_SUBSCR(self, inst: Instr) -> None:
-        index = self.pop()
-        obj = self.pop()
-        self.push(self.call_operator(operator.getitem, obj, index))
 
     def STORE_SUBSCR(self, inst: Instr) -> None:
         index, obj, value = self.pop(), self.pop(), self.pop()
@@ -324,7 +334,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     def COMPARE_OP(self, inst: Instr) -> None:
         b, a = self.pop(), self.pop()
-        self.push(self.call_operator(pyversion.COMPARE_OPS[inst.arg], a, b))
+        self.push(self.call_operator(pyversion.compare_operator(inst.arg), a, b))
 
     def IS_OP(self, inst: Instr) -> None:
         b, a = self.pop(), self.pop()
@@ -357,23 +367,11 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         flat = self.popn(2 * inst.arg)
         self.push(ConstDictVariable({flat[i].as_python_constant(): flat[i + 1] for i in range(0, len(flat), 2)}))
 
-    def BUILD_CONST_KEY_MAP(self, inst: Instr) -> None:
-        keys = self.pop().as_python_constant()
-        self.push(ConstDictVariable(dict(zip(keys, self.popn(inst.arg)))))
-
     def BUILD_SLICE(self, inst: Instr) -> None:
-        self.push(make_slice(self.popn(inst.arg)))
+        self.push(self.build_slice(self.popn(inst.arg)))
 
     def BUILD_STRING(self, inst: Instr) -> None:
         self.push(ConstantVariable("".join(p.as_python_constant() for p in self.popn(inst.arg))))
-
-    def FORMAT_VALUE(self, inst: Instr) -> None:
-        spec = self.pop() if inst.arg & 0x04 else ConstantVariable("")
-        value = self.pop()
-        convert = _FORMAT_CONVERSIONS[inst.arg & 0x03]
-        if convert is not None:
-            value = self.call_operator(convert, value)
-        self.push(self.call_operator(format, value, spec))
 
     def LIST_APPEND(self, inst: Instr) -> None:
         value = self.pop()
@@ -429,14 +427,20 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     # ---- calls and functions ----
 
-    def MAKE_FUNCTION(self, inst: Instr) -> None:
-        code = self.pop().as_python_constant()
-        closure = self.pop() if inst.arg & 0x08 else None
-        if inst.arg & 0x04:
-            self.pop()
-        kwdefaults = self.pop() if inst.arg & 0x02 else None
-        defaults = self.pop() if inst.arg & 0x01 else None
-        self.push(NestedUserFunctionVariable(code, self.f_globals, defaults, kwdefaults, closure))
+    def make_function(self, code: types.CodeType, attributes: Dict[int, VariableTracker]) -> VariableTracker:
+        """A function of `code` made here, with `attributes` by MAKE_FUNCTION's flag (see set_function_attribute)."""
+        fn = NestedUserFunctionVariable(code, self.f_globals, None, None, None)
+        for flag, value in attributes.items():
+            self.set_function_attribute(fn, flag, value)
+        return fn
+
+    @staticmethod
+    def set_function_attribute(fn: VariableTracker, flag: int, value: VariableTracker) -> None:
+        """Give a function made here its defaults (flag 0x01), keyword defaults (0x02) or closure (0x08);
+        annotations (0x04, 0x10) are not kept."""
+        field = _FUNCTION_ATTRIBUTES.get(flag)
+        if field is not None:
+            setattr(fn, field, value)
 
     def output_globals_source(self, f_globals: Dict[str, Any], fn: VariableTracker) -> Optional[Source]:
         """How guards and generated code reach the globals of a function inlined from here."""
@@ -485,10 +489,14 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     # ---- with blocks, imports, errors ----
 
-    def enter_context(self, context: VariableTracker) -> Tuple[VariableTracker, VariableTracker]:
-        """Enter a `with` block: (its bound __exit__, what __enter__ returned)."""
-        exit_fn = WithExitVariable(context)
-        return exit_fn, context.call_method(self, "__enter__", [], {})
+    @staticmethod
+    def context_exit(context: VariableTracker) -> VariableTracker:
+        """The bound __exit__ of a `with` block's context manager."""
+        return WithExitVariable(context)
+
+    def enter_context(self, context: VariableTracker) -> VariableTracker:
+        """Enter a `with` block: what __enter__ returns."""
+        return context.call_method(self, "__enter__", [], {})
 
     def IMPORT_NAME(self, inst: Instr) -> None:
         fromlist, level = self.pop().as_python_constant(), self.pop().as_python_constant()
@@ -497,9 +505,6 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
 
     def IMPORT_FROM(self, inst: Instr) -> None:
         self.push(self.stack[-1].var_getattr(self, inst.arg))
-
-    def LOAD_ASSERTION_ERROR(self, inst: Instr) -> None:
-        self.push(BuiltinVariable(AssertionError))
 
     def RAISE_VARARGS(self, inst: Instr) -> None:
         unimplemented("raising an exception")
@@ -613,9 +618,12 @@ class InstructionTranslator(InstructionTranslatorBase):
             self.symbolic_locals[name] = self.initial_local(name)
         return super().load_local(name)
 
-    def STORE_FAST(self, inst: Instr) -> None:
-        self.f_locals.pop(inst.arg, None)
-        super().STORE_FAST(inst)
+    def is_bound(self, name: str) -> bool:
+        return name in self.symbolic_locals or name in self.f_locals
+
+    def store_local(self, name: str, value: VariableTracker) -> None:
+        self.f_locals.pop(name, None)
+        super().store_local(name, value)
 
     def RETURN_VALUE(self, inst: Instr) -> bool:
         self.end(ReturnEnding(self.pop()))
@@ -706,6 +714,12 @@ class InstructionTranslator(InstructionTranslatorBase):
             elif name in live and name in self.f_locals:
                 passed.append((name, None))
         return passed
+
+
+def _closure_name(arg: Any) -> str:
+    """The name of a cell or free variable: a CellVar or FreeVar, or (3.14 reads a cell that shares an
+    argument's slot so) the name itself."""
+    return arg if isinstance(arg, str) else arg.name
 
 
 def _holds_state_made_here(values: List[VariableTracker]) -> bool:

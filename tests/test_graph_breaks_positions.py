@@ -9,6 +9,8 @@ frame (its own graphs and break), then the caller's resume function.
 import copy
 
 import pytest
+import sys
+
 import torch
 from torch import nn
 
@@ -56,7 +58,9 @@ def while_print(x):
     return y - n
 
 
-@CASES.case(pos, neg, graphs=2, breaks=2)
+# 3.11 and 3.13 test a while loop's condition once before the loop and again at its end; 3.14 tests it
+# only at the loop's head, inside the loop, where a break resumes eagerly: the loop is no second graph.
+@CASES.case(pos, neg, graphs=1 if sys.version_info >= (3, 14) else 2, breaks=1 if sys.version_info >= (3, 14) else 2)
 def while_data_dependent(x):
     y = x.abs() + 0.5
     steps = 0

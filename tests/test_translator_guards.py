@@ -2,6 +2,7 @@
 requires_grad, global values, object and module attributes; same inputs hit the cache.  Also the
 opcode-coverage check for minidynamo's translator."""
 import dis
+import sys
 
 import torch
 from torch import nn
@@ -367,9 +368,27 @@ REQUIRED_OPCODES = [
     "BEFORE_WITH",
     "LOAD_ASSERTION_ERROR", "RAISE_VARARGS",
 ]
+# What later versions drop from 3.11's list (LOAD_CLOSURE and LOAD_METHOD stay as pseudo-instructions,
+# assembled as others), and what they add.
+_CHANGED_BY_VERSION = {
+    (3, 13): ({"PRECALL", "KW_NAMES", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP", "FORMAT_VALUE", "LIST_TO_TUPLE",
+               "UNARY_POSITIVE", "LOAD_CLOSURE", "LOAD_METHOD",
+               *(f"POP_JUMP_{way}_IF_{cond}" for way in ("FORWARD", "BACKWARD") for cond in ("TRUE", "FALSE", "NONE",
+                                                                                         "NOT_NONE"))},
+              ["CALL_KW", "CALL_INTRINSIC_1", "SET_FUNCTION_ATTRIBUTE", "LOAD_FAST_LOAD_FAST", "STORE_FAST_LOAD_FAST",
+               "STORE_FAST_STORE_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "LOAD_SUPER_ATTR", "BINARY_SLICE",
+               "STORE_SLICE", "RETURN_CONST", "END_FOR", "TO_BOOL", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
+               "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE"]),
+    (3, 14): ({"BEFORE_WITH", "BINARY_SUBSCR", "RETURN_CONST", "LOAD_ASSERTION_ERROR", "BUILD_CONST_KEY_MAP"},
+              ["LOAD_SPECIAL", "LOAD_FAST_BORROW", "LOAD_FAST_BORROW_LOAD_FAST_BORROW", "LOAD_SMALL_INT",
+               "LOAD_COMMON_CONSTANT", "POP_ITER", "NOT_TAKEN"]),
+}
+for _version, (_gone, _new) in sorted(_CHANGED_BY_VERSION.items()):
+    if sys.version_info[:2] >= _version:
+        REQUIRED_OPCODES = [op for op in REQUIRED_OPCODES if op not in _gone] + _new
 
 
-def test_required_opcodes_are_real_311_opcodes():
+def test_required_opcodes_are_real_opcodes_here():
     missing = [op for op in REQUIRED_OPCODES if op not in dis.opmap]
     assert not missing, f"not CPython opcodes here: {missing}"
 
@@ -392,7 +411,8 @@ def test_suite_functions_use_required_opcodes_only():
 
     scaffolding = {"EXTENDED_ARG", "PUSH_EXC_INFO", "POP_EXCEPT", "RERAISE", "CHECK_EXC_MATCH",
                    "WITH_EXCEPT_START", "LOAD_BUILD_CLASS", "STORE_NAME", "IMPORT_NAME", "IMPORT_FROM",
-                   "RETURN_GENERATOR", "YIELD_VALUE", "SETUP_ANNOTATIONS", "LOAD_CLASSDEREF", "DELETE_DEREF"}
+                   "RETURN_GENERATOR", "YIELD_VALUE", "SETUP_ANNOTATIONS", "LOAD_CLASSDEREF", "DELETE_DEREF",
+                   "LOAD_LOCALS", "LOAD_FROM_DICT_OR_GLOBALS"}  # 3.14's annotation scopes of class bodies
     seen = {}
 
     def walk(code, where):

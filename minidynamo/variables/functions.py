@@ -416,7 +416,7 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
             codegen.reconstruct(self.closure)
             flags |= 0x08
         codegen.load_const(self.code)
-        codegen.append("MAKE_FUNCTION", flags)
+        codegen.make_function(flags)
 
 
 class PartialVariable(VariableTracker):

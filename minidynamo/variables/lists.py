@@ -515,8 +515,8 @@ class GeneratorVariable(IteratorVariable):
     def reconstruct(self, codegen) -> None:
         if self.state != "created":
             unimplemented("rebuilding a generator the traced code has started")
-        codegen.push_null()
-        codegen.reconstruct(self.fn)
+        with codegen.callable():
+            codegen.reconstruct(self.fn)
         for value in [*self.args, *self.kwargs.values()]:
             codegen.reconstruct(value)
         codegen.call(len(self.args) + len(self.kwargs), kw_names=tuple(self.kwargs))

@@ -505,7 +505,7 @@ class SlicedContainerVariable(NNModuleVariable):
     def reconstruct(self, codegen) -> None:
         codegen.reconstruct(self.container)
         codegen.load_const(self.index)
-        codegen.append("BINARY_SUBSCR")
+        codegen.subscript()
 
     def var_getattr(self, tx, name: str) -> VariableTracker:
         value = self.module.__dict__.get(name)
