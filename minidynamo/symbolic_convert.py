@@ -25,6 +25,7 @@ from .frame_codegen import BreakEnding, FrameEnding, ReturnEnding
 from .global_state import GlobalState
 from .guards import BuiltinRead, Guard, GuardKind
 from .output_graph import OutputGraph
+from .pattern_matching import PatternMatching
 from .source import GetItemSource, GlobalsDictSource, GlobalSource, LocalSource, Source
 from .variables import (
     BaseUserFunctionVariable,
@@ -68,7 +69,7 @@ def _unary(fn: Callable) -> Callable:
     return handler
 
 
-class InstructionTranslatorBase(pyversion.VersionHandlers):
+class InstructionTranslatorBase(PatternMatching, pyversion.VersionHandlers):
     def __init__(
         self,
         code: types.CodeType,

@@ -264,6 +264,69 @@ def cond_on_a_python_predicate(x):
     return torch.cond(x.shape[0] > 2, lambda a: a + 1, lambda a: a - 1, (x,))
 
 
+# =============================================================================================
+# match statements: sequence, mapping, class and literal patterns
+# =============================================================================================
+class _Point:
+    __match_args__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+
+def _matched(t, subject):
+    match subject:
+        case [a, b]:
+            return t + a + b
+        case [first, *others]:
+            return t * first + len(others)
+        case {"scale": k, **rest}:
+            return t * k + len(rest)
+        case _Point(x=0, y=y):
+            return t - y
+        case _Point(x, y) if x > y:
+            return t + x * y
+        case int(n) | float(n):
+            return t + n
+        case str() | bytes():
+            return t - 1
+        case _:
+            return -t
+
+
+@case((rand(3), [1, 2]), graphs=1)
+def match_sequence_of_two(x, subject):
+    return _matched(x, subject)
+
+
+@case((rand(3), (4, 5, 6)), graphs=1)
+def match_sequence_with_star(x, subject):
+    return _matched(x, subject)
+
+
+@case((rand(3), {"scale": 2, "a": 1, "b": 3}), graphs=1)
+def match_mapping_with_rest(x, subject):
+    return _matched(x, subject)
+
+
+@case((rand(3), _Point(0, 7)), (rand(3), _Point(5, 2)), (rand(3), _Point(1, 2)), graphs=3)
+def match_class_by_keyword_and_position(x, subject):
+    return _matched(x, subject)
+
+
+@case((rand(3), 3), (rand(3), 2.5), (rand(3), "text"), (rand(3), None), graphs=4)
+def match_builtin_class_patterns(x, subject):
+    return _matched(x, subject)
+
+
+@case()
+def match_subject_made_in_the_frame(x):
+    match {"k": (x, 2)}:
+        case {"k": (t, n)}:
+            return t * n
+    return x
+
+
 def _backend_flags(x):
     out = x + 1 if torch.backends.cuda.matmul.allow_tf32 else x - 1
     return out * (2 if torch.backends.cudnn.allow_tf32 else 3) + torch.backends.cudnn.benchmark
