@@ -27,7 +27,7 @@ LAYERS: List[List[str]] = [
     # the frame callback the C hook calls on a cache miss
     ["minidynamo.convert_frame"],
     # the bytecode translator
-    ["minidynamo.symbolic_convert"],
+    ["minidynamo.symbolic_convert", "minidynamo.pattern_matching"],
     # the graph under construction, the side effects replayed after it and the transformed code
     # emitted around it; they make the trackers of graph inputs and results
     ["minidynamo.output_graph", "minidynamo.side_effects", "minidynamo.frame_codegen"],
