@@ -327,6 +327,34 @@ def match_subject_made_in_the_frame(x):
     return x
 
 
+class _OptionalParts(torch.nn.Module):
+    def __init__(self, with_norm):
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(1, 2) if with_norm else None
+        self.blocks = torch.nn.ModuleList()
+
+    def forward(self, x):
+        if self.norm:  # a module is true unless its class says otherwise (__bool__, __len__)
+            x = self.norm(x)
+        if self.blocks:
+            x = x + len(self.blocks)
+        return x * 2 if not self.blocks else x
+
+
+@pytest.mark.parametrize("with_norm", [True, False])
+def test_truth_of_modules_and_module_lists(with_norm):
+    module = _OptionalParts(with_norm)
+    counter = CompileCounter()
+    compiled = optimize(counter, nopython=True)(module)
+    x = torch.randn(1, 2, 3)
+    for grow in (False, True, True):
+        if grow:
+            module.blocks.append(torch.nn.Identity())
+        for _ in range(2):
+            assert_equal(compiled(x), module(x))
+    assert counter.frame_count == 3  # one graph per length of the list: len() is guarded
+
+
 def _backend_flags(x):
     out = x + 1 if torch.backends.cuda.matmul.allow_tf32 else x - 1
     return out * (2 if torch.backends.cudnn.allow_tf32 else 3) + torch.backends.cudnn.benchmark

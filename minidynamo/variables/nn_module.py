@@ -57,6 +57,15 @@ class NNModuleVariable(VariableTracker):
     def describe(self) -> str:
         return f"module {type(self.module).__name__}"
 
+    def truthy(self, tx) -> bool:
+        """bool(module), as CPython's object truth: its class's __bool__, else __len__, else True."""
+        for name in ("__bool__", "__len__"):
+            if class_attribute(type(self.module), name) is not MISSING:
+                return self.call_method(tx, name, [], {}).truthy(tx)
+        self._guard_class_lacks(tx, "__bool__")
+        self._guard_class_lacks(tx, "__len__")
+        return True
+
     # ---- guards on the module's own dicts ----
 
     def _guard(self, tx, member: str, kind: GuardKind, value: Any) -> None:
