@@ -440,6 +440,14 @@ class NNModuleVariable(VariableTracker):
                     visit(f"{path}.{name}" if path else name, child)
 
         visit(prefix, self)
+        return found
+
+    def _distinct_named_modules(self, tx, prefix: str = "", remove_duplicate: bool = True
+                                ) -> List[Tuple[str, "NNModuleVariable"]]:
+        """`named_modules()` as the trace answers it, each module guarded to stay another object than
+        the others it counted. (The parameters and buffers of modules need not be: their tensors
+        are guarded distinct, and a module owning none adds none.)"""
+        found = self._named_modules(tx, prefix, remove_duplicate)
         if remove_duplicate:
             _guard_distinct(tx, [vt for _, vt in found])
         return found
@@ -489,8 +497,8 @@ _TREE_METHODS = {
                                                                  a["remove_duplicate"])),
     "children": lambda vt, tx, a: [v for _, v in vt._unique_children(tx)],
     "named_children": lambda vt, tx, a: _pairs(vt._unique_children(tx)),
-    "modules": lambda vt, tx, a: [v for _, v in vt._named_modules(tx)],
-    "named_modules": lambda vt, tx, a: _pairs(vt._named_modules(tx, a["prefix"], a["remove_duplicate"])),
+    "modules": lambda vt, tx, a: [v for _, v in vt._distinct_named_modules(tx)],
+    "named_modules": lambda vt, tx, a: _pairs(vt._distinct_named_modules(tx, a["prefix"], a["remove_duplicate"])),
 }
 
 
