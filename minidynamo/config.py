@@ -31,6 +31,11 @@ compile_progress_after: float = 2.0
 # dropped, then runs unconverted (with the cache-limit warning), so it never compiles on every call.
 # Resume functions stop at cache_size_limit instead.
 dropped_entry_limit: int = 64
+# Modules are guarded by their class and by each fact the trace reads of them (attribute values,
+# parameter and buffer properties, submodules, hooks), their parameters and buffers read at run time:
+# one entry serves every instance alike (the 12 blocks of a model, each compiled on its own). False
+# guards each module's identity instead (one entry per instance), as before.
+share_module_entries: bool = True
 
 
 class _ConfigModule(types.ModuleType):

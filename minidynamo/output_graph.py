@@ -302,9 +302,11 @@ class OutputGraph:
         self, tx, module: torch.nn.Module, attr: str, tensor: torch.Tensor, module_source: Optional[Source]
     ) -> TensorVariable:
         """A parameter or buffer of a module. With a source it is a graph input, read by generated code
-        from the dict the module keeps it in, and guarded by identity (a replaced tensor is not seen
-        otherwise) and by its properties (`.data =` and `requires_grad_` change them in place).
-        Without one (a module made in the frame) the graph holds the tensor itself."""
+        from the dict the module keeps it in on each call (so a replaced tensor, or another
+        instance's, is what the graph gets), and guarded by its properties (`.data =` and
+        `requires_grad_` change them in place) and, with the other tensor inputs, by being another
+        tensor than each of them (tied ones: the same). Without one (a module made in the frame) the
+        graph holds the tensor itself."""
         source = module_source and AttrSource(module_source, attr)
         if id(tensor) in self.substitutions:
             if source is not None:  # what the call's names resolved to stays the module's tensor
@@ -317,7 +319,6 @@ class OutputGraph:
             return known
         fake = self.to_fake(tx, tensor)
         if source is not None:
-            self.add_guard(Guard(source, GuardKind.ID_MATCH, tensor))
             self.add_guard(Guard(source, GuardKind.TENSOR_MATCH, tensor))
             node = self._add_placeholder(source, tensor, load=direct_source(source, self.source_value, self._direct_sources))
             self._tensor_homes.append((fake, fake._version, len(self.graphargs) - 1))
@@ -478,11 +479,12 @@ class OutputGraph:
         return _C.CallbackWrapper(compiled, None)
 
     def guard_mutated_containers_distinct(self) -> None:
-        """Each container the trace mutates was another object than every other container of its
-        type it read: the trace relies on that (the same list passed twice sees both appends)."""
+        """Each container (or module) the trace mutates was another object than every other container
+        (module) of its type it read: the trace relies on that (the same list passed twice sees both
+        appends; an attribute set on one module is read back from another that is now the same)."""
         read = [(type(value), var) for value, var in self.tracked_containers.values() if var.source is not None]
         kinds = {id(var): kind for kind, var in read}
-        for mutated in self.side_effects.mutated_containers():
+        for mutated in [*self.side_effects.mutated_containers(), *self.side_effects.attribute_owners()]:
             for kind, other in read:
                 if other is not mutated and kind is kinds.get(id(mutated)):
                     self.add_guard(Guard(mutated.source, GuardKind.DISTINCT_FROM, other.source))

@@ -163,6 +163,10 @@ class SideEffects:
     def mutated_containers(self) -> List[VariableTracker]:
         return [effect.container for effect in self.effects.values() if isinstance(effect, MutateContainer)]
 
+    def attribute_owners(self) -> List[VariableTracker]:
+        """The existing objects whose attributes the trace assigned."""
+        return [effect.obj for effect in self.effects.values() if isinstance(effect, StoreAttr)]
+
     def values(self) -> List[VariableTracker]:
         return [v for effect in self.effects.values() for v in effect.values()]
 

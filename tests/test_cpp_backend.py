@@ -4,6 +4,7 @@ To keep g++ invocations few, ops are batched: one graph computes a whole family 
 once (module-scoped fixture), and each op is then checked by its own parametrized test.
 """
 import copy
+import gc
 import json
 import os
 import subprocess
@@ -599,13 +600,13 @@ def test_transposed_linear_weights_are_prepacked_and_follow_parameter_updates():
         assert_close(fn(x), lin(x).relu())
         (graph,) = graphs
         assert [s.packed_b for s in graph.steps if isinstance(s, Gemm)] == [True]
-        packed = next(v for v in graph.run.__globals__.values() if type(v).__name__ == "_Transposed")
-        first = packed.packed
+        packed = _packed_copies(graph)
+        first = packed.copies[id(lin.weight)][2]
         assert_close(fn(x), lin(x).relu())
-        assert packed.packed is first  # reused while the weight is unchanged
+        assert packed.copies[id(lin.weight)][2] is first  # reused while the weight is unchanged
         lin.weight.mul_(-2)  # in place: the version moves
         assert_close(fn(x), lin(x).relu())
-        assert packed.packed is not first
+        assert packed.copies[id(lin.weight)][2] is not first
         lin.weight = nn.Parameter(torch.randn(12, 16))  # replaced
         assert_close(fn(x), lin(x).relu())
     opt = torch.optim.SGD(lin.parameters(), lr=0.5)
@@ -613,6 +614,40 @@ def test_transposed_linear_weights_are_prepacked_and_follow_parameter_updates():
     opt.step()
     with torch.no_grad():
         assert_close(fn(x), lin(x).relu())
+    minidynamo.reset()
+
+
+def _packed_copies(graph):
+    return next(v for v in graph.run.__globals__.values() if type(v).__name__ == "_Transposed")
+
+
+def test_instances_sharing_an_entry_keep_their_own_prepacked_weights():
+    """One graph serves several nn.Linear instances: each weight gets its own packed copy, kept
+    across alternating calls and freed with the weight."""
+    minidynamo.reset()
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(compile_graph(gm, inputs))
+        return graphs[-1]
+
+    layers = [nn.Linear(16, 12) for _ in range(3)]
+    compiled = [minidynamo.optimize(backend)(layer) for layer in layers]
+    x = torch.randn(5, 16)
+    with torch.no_grad():
+        for _ in range(2):
+            for layer, fn in zip(layers, compiled):
+                assert_close(fn(x), layer(x))
+        (graph,) = graphs
+        packed = _packed_copies(graph)
+        copies = {id(layer.weight): packed.copies[id(layer.weight)][2] for layer in layers}
+        assert len(copies) == 3
+        for layer, fn in zip(layers, compiled):
+            assert_close(fn(x), layer(x))
+            assert packed.copies[id(layer.weight)][2] is copies[id(layer.weight)]  # not packed again
+    del layers[0], compiled[0]
+    gc.collect()
+    assert len(packed.copies) == 2
     minidynamo.reset()
 
 

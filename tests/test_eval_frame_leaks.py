@@ -105,13 +105,34 @@ def _compile_fresh_linears(backend: str, count: int, refs: dict) -> None:
 
 
 @pytest.mark.parametrize("backend", ["eager", "cpp"])
-def test_dead_modules_take_their_graphs_compiled_code_and_entries_with_them(backend):
-    """Each fresh module compiles its own entry (guarded by its identity); once the module is gone,
-    its entry, GraphModule and compiled graph are freed."""
+def test_fresh_modules_share_one_entry_that_keeps_none_of_them(backend):
+    """Fresh modules of one class share one entry (guarded by their class, not their identity),
+    which holds none of them: each module and its wrapper is freed once the caller lets go."""
     import torch
 
     import minidynamo
 
+    minidynamo.reset()
+    try:
+        refs = {k: [] for k in ("graph modules", "compiled graphs", "modules", "compiled modules")}
+        _compile_fresh_linears(backend, 30, refs)
+        gc.collect()
+        alive = {kind: sum(r() is not None for r in rs) for kind, rs in refs.items()}
+        assert alive == {"graph modules": 1, "compiled graphs": 1, "modules": 0, "compiled modules": 0}, alive
+        assert len(_C.get_cache_entries(torch.nn.Linear.forward.__code__)) == 1
+    finally:
+        minidynamo.reset()
+
+
+@pytest.mark.parametrize("backend", ["eager", "cpp"])
+def test_dead_modules_take_their_graphs_compiled_code_and_entries_with_them(backend, monkeypatch):
+    """Where each module's identity is guarded, each fresh module compiles its own entry; once the
+    module is gone, its entry, GraphModule and compiled graph are freed."""
+    import torch
+
+    import minidynamo
+
+    monkeypatch.setattr(minidynamo.config, "share_module_entries", False)
     minidynamo.reset()
     try:
         for count in (30, 60):

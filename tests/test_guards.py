@@ -112,18 +112,30 @@ def test_type_and_attribute_guards():
     assert reason(check, {"x": x, "obj": Other()}).startswith("L['obj'] type mismatch: expected Thing, got ")
 
 
-def test_module_identity_and_grad_mode_guards():
+def _call_module(m, x):
+    return m(x)
+
+
+def test_module_type_and_grad_mode_guards():
+    """A module is guarded by its class and what is read of it: another instance alike passes."""
     lin = torch.nn.Linear(3, 3)
-
-    def f(m, x):
-        return m(x)
-
     x = torch.randn(1, 3)
-    check = compiled_check(f, lin, x)
+    check = compiled_check(_call_module, lin, x)
     assert check.fn({"m": lin, "x": x}) is True
-    assert reason(check, {"m": torch.nn.Linear(3, 3), "x": x}) == "L['m'] is not the object seen when compiling"
+    assert check.fn({"m": torch.nn.Linear(3, 3), "x": x}) is True
+    assert reason(check, {"m": torch.nn.Identity(), "x": x}) == "L['m'] type mismatch: expected Linear, got Identity"
+    assert " size mismatch at dim 0: expected 3, got 2" in reason(check, {"m": torch.nn.Linear(3, 2), "x": x})
     with torch.no_grad():
         assert reason(check, {"m": lin, "x": x}) == "grad mode mismatch: expected True, got False"
+
+
+def test_module_identity_guard_without_shared_entries(monkeypatch):
+    monkeypatch.setattr(minidynamo.config, "share_module_entries", False)
+    lin = torch.nn.Linear(3, 3)
+    x = torch.randn(1, 3)
+    check = compiled_check(_call_module, lin, x)
+    assert check.fn({"m": lin, "x": x}) is True
+    assert reason(check, {"m": torch.nn.Linear(3, 3), "x": x}) == "L['m'] is not the object seen when compiling"
 
 
 def test_aliasing_guards():
@@ -155,7 +167,9 @@ def test_shared_checks_pass_once_per_lookup():
     assert _C.stats()["hits"] == stats_before + 5
 
 
-def test_entry_dropped_when_identified_object_dies():
+def test_entry_dropped_when_identified_object_dies(monkeypatch):
+    monkeypatch.setattr(minidynamo.config, "share_module_entries", False)  # the module's identity is guarded
+
     def f(x, m):
         return m(x)
 

@@ -310,9 +310,10 @@ _KIND_MAP = {
     "NN_MODULE_PARAM_NAMES": "NN_MODULE",
 }
 
-#: kinds that count as "this module is guarded".  minidynamo guards module identity (NN_MODULE or
-#: ID_MATCH); torch 2.13 inlines modules and guards their type plus each parameter instead.
-MODULE_GUARD_KINDS = {"NN_MODULE", "ID_MATCH"} | ({"TYPE_MATCH"} if REFERENCE else set())
+#: kinds that count as "this module is guarded".  Both minidynamo and torch 2.13 guard a module's type
+#: plus each fact read of it (parameters' properties, attributes); minidynamo keeps identity guards
+#: (NN_MODULE or ID_MATCH) for modules whose class finds attributes its own way.
+MODULE_GUARD_KINDS = {"TYPE_MATCH", "NN_MODULE", "ID_MATCH"}
 #: kinds that count as "this user object is guarded".
 OBJECT_GUARD_KINDS = {"TYPE_MATCH", "ID_MATCH"}
 

@@ -104,20 +104,30 @@ def _enter_serial() -> int:
 class _Transposed:
     """A parameter's transpose kept contiguous for one matmul: BLAS runs (M,K)x(K,N) about 25%
     faster with the (K,N) operand in rows than as the transposed view of an nn.Linear weight.
-    Made again when the parameter is another tensor or its version moved (an in-place update:
-    optimizer steps, load_state_dict, any op under no_grad); `.data` writes bypass the version
-    counter, as they bypass autograd's checks."""
+    One copy per parameter the graph is called with (an entry serves every instance of a module
+    class, each with its own weights), freed with the parameter; made again when its version moved
+    (an in-place update: optimizer steps, load_state_dict, any op under no_grad); `.data` writes
+    bypass the version counter, as they bypass autograd's checks."""
 
-    __slots__ = ("source", "version", "packed")
+    __slots__ = ("copies",)
 
     def __init__(self) -> None:
-        self.source = self.version = self.packed = None
+        self.copies: Dict[int, Tuple[weakref.ref, int, torch.Tensor]] = {}  # id(w) -> (w, its version, copy)
 
     def __call__(self, w: torch.Tensor) -> torch.Tensor:
-        if self.source is None or self.source() is not w or w._version != self.version:
-            self.packed = w.detach().t().contiguous()
-            self.source, self.version = weakref.ref(w), w._version
-        return self.packed
+        known = self.copies.get(id(w))
+        if known is None or known[0]() is not w or known[1] != w._version:
+            known = self.copies[id(w)] = (weakref.ref(w, self._forget(id(w))), w._version, w.detach().t().contiguous())
+        return known[2]
+
+    def _forget(self, key: int) -> Callable[[weakref.ref], None]:
+        copies = self.copies
+
+        def forget(ref: weakref.ref) -> None:
+            if key in copies and copies[key][0] is ref:  # not a newer tensor at the same address
+                del copies[key]
+
+        return forget
 
 
 _PACKED_OPERAND = {torch.ops.aten.mm.default: 1}  # op -> the argument read as (K,N) rows

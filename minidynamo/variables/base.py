@@ -4,11 +4,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ..exc import unimplemented
+from ..guards import Guard, GuardKind
 from ..source import Source
 
 if TYPE_CHECKING:
     from ..pycodegen import PyCodegen
     from ..symbolic_convert import InstructionTranslatorBase
+
+
+def guard_identity(tx, vt: "VariableTracker") -> None:
+    """A fact folded from which object `vt` is holds only while its source yields that object."""
+    obj = vt.real_object()
+    if obj is not None and vt.source is not None and (vt.source.name(), GuardKind.NN_MODULE) not in tx.output.guards:
+        tx.output.add_guard(Guard(vt.source, GuardKind.ID_MATCH, obj))
 
 
 class VariableTracker:

@@ -32,7 +32,7 @@ from .misc import (BoundMethodCall, DisabledFunctionVariable, ForbiddenCallableV
                    PythonModuleVariable, RestoreGradMode, WeakRefVariable, WithExitVariable, is_torch_object,
                    real_cell_variable)
 from .named_tuple import NamedTupleVariable
-from .nn_module import NNModuleVariable
+from .nn_module import NNModuleVariable, shares_entries
 from .numpy import (NumpyFunctionVariable, NumpyNdarrayVariable, NumpyTensorSource, is_numpy_callable,
                     is_traceable_ndarray)
 from .optimizer import OptimizerVariable, is_optimizer
@@ -108,7 +108,9 @@ class VariableBuilder:
         return tracker
 
     def _module_by_structure(self, value: Any) -> bool:
-        return self.by_structure and isinstance(value, torch.nn.Module)
+        """A module guarded by its type and what the trace reads of it, not by its identity."""
+        return isinstance(value, torch.nn.Module) and (
+            self.by_structure or (self.source is not None and shares_entries(value)))
 
     def wrap(self, value: Any) -> VariableTracker:
         # every probe below (isinstance reading `__class__` included) would run that lookup
@@ -140,9 +142,9 @@ class VariableBuilder:
             self.guard_iteration_order(value)
             return ConstantVariable(value, source)
         if isinstance(value, torch.nn.Module):
-            if self.by_structure:  # every fact read of it is guarded where it is read
+            if self._module_by_structure(value):  # each fact read of it is guarded where it is read
                 self.guard(GuardKind.TYPE_MATCH, type(value))
-                return NNModuleVariable(value, source, by_structure=True)
+                return NNModuleVariable(value, source, by_structure=self.by_structure)
             self.guard(GuardKind.NN_MODULE, value)
             return NNModuleVariable(value, source)
         if type(value) in (list, tuple):

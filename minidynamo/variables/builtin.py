@@ -19,7 +19,7 @@ from ..exc import AttributeMissing, unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
 from ..module_lookup import getattr_static
 from ..source import AttrSource
-from .base import VariableTracker
+from .base import VariableTracker, guard_identity
 from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none, same_constant
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
@@ -670,13 +670,6 @@ def _is_sym_arithmetic(fn: Callable, args: List[VariableTracker], kwargs: Dict[s
 def _identity_of(vt: VariableTracker):
     """The real object behind a tracker that stands for one specific existing object, else None."""
     return vt.real_object()
-
-
-def guard_identity(tx, vt: VariableTracker) -> None:
-    """A fact folded from which object `vt` is holds only while its source yields that object."""
-    obj = vt.real_object()
-    if obj is not None and vt.source is not None and (vt.source.name(), GuardKind.NN_MODULE) not in tx.output.guards:
-        tx.output.add_guard(Guard(vt.source, GuardKind.ID_MATCH, obj))
 
 
 # Metaclass instance checks that answer from the instance's type alone (ABCMeta's from its

@@ -13,7 +13,7 @@ from ..exc import unimplemented
 from ..frame_hook import is_disabled
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, ContainsSource, DefaultsSource, GetItemSource
-from .base import VariableTracker
+from .base import VariableTracker, guard_identity
 from .constant import ConstantVariable, is_none
 from .dicts import ConstDictVariable
 from .lists import TupleVariable
@@ -123,6 +123,8 @@ class BaseUserFunctionVariable(VariableTracker):
                 unimplemented(f"{self.fn.__name__}() of a function that is a new object on each call")
             reals = [a.real_value() if a.real_value() is not None else a for a in args]
             if all(not isinstance(r, VariableTracker) for r in reals):
+                for arg in args:  # the answer is about these very objects (a module is guarded by type)
+                    guard_identity(tx, arg)
                 return tx.wrap_constant(self.fn(*reals))
         if is_disabled(getattr(self, "fn", None)):  # a method wrapped by torch.compiler.disable
             unimplemented(f"a call to {self.get_code().co_qualname} (compiling disabled by a disable() wrapper)")

@@ -10,6 +10,7 @@ import torch
 from torch.nn.modules import module as module_impl
 from torch.nn.modules.lazy import LazyModuleMixin
 
+from .. import config
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
 from ..module_lookup import MISSING, MODULE_TABLES, class_attribute, is_data_descriptor, module_attribute_home
@@ -38,10 +39,29 @@ def _is_torch_method(module: torch.nn.Module, name: str, owners: Tuple[type, ...
     return name not in module.__dict__ and any(found is owner.__dict__.get(name) for owner in owners)
 
 
+# How Python finds a module's attributes: a class redefining one of these in Python keeps its identity
+# guarded (see shares_entries).
+_ATTRIBUTE_PROTOCOL = ("__getattribute__", "__getattr__", "__setattr__", "__delattr__")
+
+
+def shares_entries(module: torch.nn.Module) -> bool:
+    """Whether entries compiled for `module` may serve other instances of its class: the trace then
+    guards its type and each fact it reads of it instead of its identity. Not a lazy module that has
+    yet to make its parameters (its first call changes its class), nor one whose class finds or
+    sets attributes its own way."""
+    if not config.share_module_entries:
+        return False
+    if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+        return False
+    cls = type(module)
+    return all(class_attribute(cls, name) is class_attribute(torch.nn.Module, name) for name in _ATTRIBUTE_PROTOCOL)
+
+
 class NNModuleVariable(VariableTracker):
-    """A module. `by_structure`: the module is a new object on each call (made by the frame before a
-    graph break): guarded by type and by what is read of it, its parameters and buffers passed to the
-    graph as inputs, and so its submodules too."""
+    """A module, guarded by its type and by each fact read of it (see shares_entries), or else by
+    its identity; its parameters and buffers are graph inputs read from it on each call.
+    `by_structure`: the module is a new object on each call (made by the frame before a graph
+    break), and so are its submodules: never guarded by identity."""
 
     def __init__(self, module: torch.nn.Module, source=None, by_structure: bool = False) -> None:
         super().__init__(source)
@@ -213,7 +233,7 @@ class NNModuleVariable(VariableTracker):
         if source is not None and module_attribute_home(self.module, name) != table:
             # `module.name` would run the class's own __getattr__: guards and generated code read the entry
             source = GetItemSource(AttrSource(self.source, table), name)
-        elif table != "_modules" and value is not None and not self.by_structure:
+        elif table != "_modules" and value is not None:
             return tx.output.register_module_tensor(tx, self.module, name, value, self.source)
         return self._child(tx, value, source)
 
@@ -403,6 +423,7 @@ class NNModuleVariable(VariableTracker):
         for name, child in self._children(tx):
             if isinstance(child, NNModuleVariable):
                 unique.setdefault(id(child.module), (name, child))
+        _guard_distinct(tx, [child for _, child in unique.values()])
         return list(unique.values())
 
     def _entry_of(self, tx, table: str, name: str) -> VariableTracker:
@@ -430,6 +451,16 @@ class NNModuleVariable(VariableTracker):
         visit(prefix, self)
         return found
 
+    def _distinct_named_modules(self, tx, prefix: str = "", remove_duplicate: bool = True
+                                ) -> List[Tuple[str, "NNModuleVariable"]]:
+        """`named_modules()` as the trace answers it, each module guarded to stay another object than
+        the others it counted. (The parameters and buffers of modules need not be: their tensors
+        are guarded distinct, and a module owning none adds none.)"""
+        found = self._named_modules(tx, prefix, remove_duplicate)
+        if remove_duplicate:
+            _guard_distinct(tx, [vt for _, vt in found])
+        return found
+
     def _named_tensors(self, tx, table: str, prefix: str = "", recurse: bool = True,
                        remove_duplicate: bool = True) -> List[Tuple[str, VariableTracker]]:
         """`named_parameters()` / `named_buffers()`: each tensor once (unless `remove_duplicate` is
@@ -448,6 +479,19 @@ class NNModuleVariable(VariableTracker):
         return found
 
 
+def _guard_distinct(tx, modules: List[NNModuleVariable]) -> None:
+    """The trace counted these modules once each (the same module reached twice is one tracker, its
+    sources guarded to stay aliases): guard that each stays another object than the others of its
+    class, which a module guarded by type and not identity need not be."""
+    seen: Dict[type, List[NNModuleVariable]] = {}
+    for vt in modules:
+        if vt.source is None:
+            continue
+        for other in seen.setdefault(type(vt.module), []):
+            tx.output.add_guard(Guard(vt.source, GuardKind.DISTINCT_FROM, other.source))
+        seen[type(vt.module)].append(vt)
+
+
 def _pairs(items: List[Tuple[str, VariableTracker]]) -> List[VariableTracker]:
     return [TupleVariable([ConstantVariable(name), vt]) for name, vt in items]
 
@@ -462,8 +506,8 @@ _TREE_METHODS = {
                                                                  a["remove_duplicate"])),
     "children": lambda vt, tx, a: [v for _, v in vt._unique_children(tx)],
     "named_children": lambda vt, tx, a: _pairs(vt._unique_children(tx)),
-    "modules": lambda vt, tx, a: [v for _, v in vt._named_modules(tx)],
-    "named_modules": lambda vt, tx, a: _pairs(vt._named_modules(tx, a["prefix"], a["remove_duplicate"])),
+    "modules": lambda vt, tx, a: [v for _, v in vt._distinct_named_modules(tx)],
+    "named_modules": lambda vt, tx, a: _pairs(vt._distinct_named_modules(tx, a["prefix"], a["remove_duplicate"])),
 }
 
 
