@@ -88,7 +88,10 @@ class SizeVars:
         if e.func.__name__ not in _PYTHON_FUNCTIONS or self.shape_env is None:
             raise CannotCompile(f"size expression {e} (only sums, products, floor divisions, modulos, "
                                 "max and min of sizes are supported)")
-        quotient = self._exact_quotient(e)
+        try:
+            quotient = self._exact_quotient(e)
+        except _MayBeBelowOne:  # a part of it may be 0: `e` is one symbol as a whole
+            quotient = None
         return quotient if quotient is not None else self._derived(e)
 
     def _exact_quotient(self, e: sympy.Expr) -> Optional[sympy.Expr]:
