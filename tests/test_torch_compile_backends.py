@@ -38,8 +38,7 @@ def _installed_from_this_checkout() -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
-    monkeypatch.setattr(minidynamo.config, "cache_dir", str(tmp_path))
+def _fresh():
     torch._dynamo.reset()
     fallbacks.clear()
     yield
@@ -198,4 +197,68 @@ def test_dynamic_floats_are_specialized_not_run_eagerly(graphs):
                 x = torch.randn(n, 6)
                 assert_close(compiled(x), module(x))
     assert len(graphs) == 2 and all(g.size_vars is not None for g in graphs)
+    _no_fallbacks()
+
+
+# -- the model zoo through torch.compile(backend="minidynamo_cpp") ------------------------------
+
+# static: a decoder, encoders, a vision transformer and a CNN; dynamic=True: one of each family
+# (the CNN's sizes are derived by floor division); train: a decoder and an encoder
+EVAL_CASES = [(name, False) for name in ("llama", "gpt2", "bert", "vit", "resnet")] + [
+    (name, True) for name in ("llama", "bert", "resnet")]
+TRAIN_MODELS = ["llama", "bert"]
+
+
+def _resized(t):
+    """Another size for a dynamic=True call: one more in the batch, and two tokens fewer."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    t = torch.cat([t, t[:1]])
+    return t[:, :-2] if t.dim() == 2 and not t.is_floating_point() else t
+
+
+def _outputs(out):
+    return [t for t in out.to_tuple() if isinstance(t, torch.Tensor)]
+
+
+def _zoo_calls(name, train, dynamic):
+    from benchmarks import zoo
+
+    model, args, kwargs = zoo.build(name, train, random=False)
+    twin, _, _ = zoo.build(name, train, random=False)
+    calls = [(args, kwargs)]
+    if dynamic:
+        calls.append((tuple(map(_resized, args)), {k: _resized(v) for k, v in kwargs.items()}))
+    return model, twin, calls
+
+
+@pytest.mark.parametrize("name,dynamic", EVAL_CASES, ids=[f"{n}-{'dynamic' if d else 'static'}" for n, d in EVAL_CASES])
+def test_zoo_eval_matches_eager(name, dynamic, by_name, graphs):
+    pytest.importorskip("transformers")
+    model, twin, calls = _zoo_calls(name, False, dynamic)
+    compiled = torch.compile(model, backend="minidynamo_cpp", dynamic=dynamic)
+    with torch.no_grad():
+        for args, kwargs in calls:
+            for a, e in zip(_outputs(compiled(*args, **kwargs)), _outputs(twin(*args, **kwargs)), strict=True):
+                assert_close(a, e)
+    assert graphs and all((g.size_vars is not None) == dynamic for g in graphs)
+    _no_fallbacks()
+
+
+@pytest.mark.parametrize("name", TRAIN_MODELS)
+def test_zoo_train_step_matches_eager(name, by_name, graphs):
+    pytest.importorskip("transformers")
+    from benchmarks import zoo
+
+    model, twin, calls = _zoo_calls(name, True, False)
+    compiled = torch.compile(model, backend="minidynamo_cpp")
+    (args, kwargs), = calls
+    zoo.loss_of(compiled(*args, **kwargs)).backward()
+    zoo.loss_of(twin(*args, **kwargs)).backward()
+    grads = {k: p.grad for k, p in twin.named_parameters() if p.grad is not None}
+    assert grads
+    for key, p in model.named_parameters():
+        if key in grads:
+            torch.testing.assert_close(p.grad, grads[key], rtol=1e-4, atol=1e-5, msg=key)
+    assert len(graphs) >= 2  # aot_autograd's forward and backward
     _no_fallbacks()
