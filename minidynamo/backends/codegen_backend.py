@@ -49,19 +49,21 @@ def calls_traced_body(gm: torch.fx.GraphModule) -> bool:
 
 def traceable_examples(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional[List]:
     """The example inputs the code generators trace: the tensors given when their sizes are static;
-    with symbolic sizes (dynamo passes tensors of one size and the sizes as ints) the graph's own
-    fake inputs, whose sizes are the symbols. None when some input is neither a tensor nor a size."""
+    with symbolic sizes, fake inputs whose sizes are the symbols: aot_autograd passes those, while
+    minidynamo (one call's tensors, the sizes as ints) and torch.compile (one call's tensors, the
+    sizes as SymInts) leave them in the placeholders' metadata. None when some input is neither a
+    tensor nor a size."""
     from ..codegen.sizes import has_symbolic_sizes  # sympy: loaded once a graph compiles
 
-    if all(isinstance(t, torch.Tensor) for t in example_inputs) and not any(map(has_symbolic_sizes, example_inputs)):
-        return list(example_inputs)
-    if any(map(has_symbolic_sizes, example_inputs)):  # aot_autograd's fake inputs
+    symbolic = any(map(has_symbolic_sizes, example_inputs))
+    if symbolic and all(isinstance(t, (FakeTensor, torch.SymInt)) for t in example_inputs):
         return list(example_inputs)
     metas = [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(metas) != len(example_inputs) or not any(map(has_symbolic_sizes, metas)) \
-            or not all(isinstance(m, (torch.Tensor, torch.SymInt)) for m in metas):
-        return None
-    return metas
+    if len(metas) == len(example_inputs) and any(map(has_symbolic_sizes, metas)):
+        return metas if all(isinstance(m, (torch.Tensor, torch.SymInt)) for m in metas) else None
+    if not symbolic and all(isinstance(t, torch.Tensor) for t in example_inputs):
+        return list(example_inputs)
+    return None
 
 
 def no_grad_body(gm: torch.fx.GraphModule) -> Optional[torch.fx.GraphModule]:
@@ -106,6 +108,34 @@ def under_functorch(gm: torch.fx.GraphModule, example_inputs: Sequence) -> bool:
 
 def has_unused_ops(gm: torch.fx.GraphModule) -> bool:
     return any(n.op in ("call_function", "call_method", "call_module") and not n.users for n in gm.graph.nodes)
+
+
+def dynamic_floats(gm: torch.fx.GraphModule) -> List[str]:
+    """The float symbols (torch's `zf0`...) of the graph's inputs where torch.compile made a Python
+    float dynamic: it passes such a float as a 0-d tensor whose `.item()` the graph reads. The
+    kernels take no float arguments, so these are handed back to torch to specialize."""
+    if torch._guards.TracingContext.try_get() is None:  # not compiled by torch.compile
+        return []
+    names = []
+    for node in gm.graph.nodes:
+        memo = getattr(node.meta.get("example_value"), "item_memo", None) if node.op == "placeholder" else None
+        if isinstance(memo, torch.SymFloat) and memo.node._expr.is_Symbol:
+            names.append(str(memo.node._expr))
+    return names
+
+
+def specialize_floats(names: List[str]) -> None:
+    """Have torch.compile trace the frame again with these dynamic floats as constants (guarded),
+    as inductor does with the floats it cannot turn into tensors. Returns (without restarting)
+    where torch was asked already and kept them dynamic."""
+    from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+    from torch._dynamo.symbolic_convert import TensorifyState
+
+    if all(map(TensorifyState.should_specialize, names)):
+        return
+    for name in names:
+        TensorifyState.specialize(name)
+    raise TensorifyScalarRestartAnalysis
 
 
 def eager_reason(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Optional[str]:
@@ -276,6 +306,10 @@ class CodegenBackend:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor],
                  options: Optional[Dict[str, Any]] = None) -> Callable:
+        floats = dynamic_floats(gm)
+        if floats:
+            specialize_floats(floats)
+            return self._eager(gm, f"dynamic floats {floats} that torch.compile keeps dynamic")
         body = no_grad_body(gm) if self.compile_writing is not None else None
         if body is not None:
             return self.compile_no_grad(gm, body, example_inputs)

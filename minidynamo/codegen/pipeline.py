@@ -21,6 +21,14 @@ def symbolic_shape_env(example_inputs: Sequence[Any]) -> Optional[Any]:
     return None
 
 
+def guarded_after_compile(shape_env: Any) -> bool:
+    """Whether torch.compile owns `shape_env`: it builds its guards from it after the backend
+    compiled, so what the trace assumes about the sizes is checked on every call (as inductor's
+    assumptions are)."""
+    context = torch._guards.TracingContext.try_get()
+    return context is not None and context.fake_mode is not None and context.fake_mode.shape_env is shape_env
+
+
 def lower_and_schedule(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                        device_type: str = "cpu", input_writes: bool = False,
                        generated_conv: Optional[Callable[..., bool]] = None) -> Tuple[GraphLowering, List[Step]]:
@@ -35,8 +43,8 @@ def lower_and_schedule(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                                  generated_conv=generated_conv)
         lowering.run()
         if shape_env is not None:
-            # dynamo's guards are final: code assuming more about the sizes would be wrong for others
-            if len(shape_env.guards) > guards:
+            # minidynamo's guards are final: code assuming more about the sizes would be wrong for others
+            if len(shape_env.guards) > guards and not guarded_after_compile(shape_env):
                 raise CannotCompile(f"the kernels would assume {shape_env.guards[guards].expr} about symbolic sizes")
             size_vars.check_bound()
         keep = {o.buffer for o in lowering.outputs if o.kind == "buffer"}

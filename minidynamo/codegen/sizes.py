@@ -3,9 +3,13 @@ size symbols `ks0, ks1, ...` that the compiled graph binds from its inputs' shap
 and passes to its kernels as int64 arguments.
 
 Symbols stand for dims dynamo made dynamic, which are never 0 or 1 (dynamic_shapes), so a
-structural comparison `size != 1` is exact for them. Decisions that need a number (loop order,
-tuning) read the size at the example inputs (`hint`) only where any answer is correct; the ones
-that affect results (divisibility, stack array sizes) take a size-independent path instead.
+structural comparison `size != 1` is exact for them. A size torch derives from them by floor
+division, modulo, max or min (a convolution's output, a view's -1) is a symbol of its own, which
+the compiled graph computes from the others: only where torch's bounds say it is at least 1, so
+that a product of sizes is never 0 where a symbolic one is taken as positive. Decisions that need
+a number (loop order, tuning) read the size at the example inputs (`hint`) only where any answer
+is correct; the ones that affect results (divisibility, stack array sizes) take a
+size-independent path instead.
 """
 from __future__ import annotations
 
@@ -31,6 +35,9 @@ class SizeVars:
         self.hints: Dict[sympy.Symbol, int] = {}
         self.lower: Dict[sympy.Symbol, int] = {}  # what the guards say each symbol is at least
         self.sources: Dict[sympy.Symbol, Tuple[int, str, int]] = {}
+        self.derived: Dict[sympy.Symbol, str] = {}  # symbol -> Python text computing it from earlier ones
+        self._derived_of: Dict[sympy.Expr, sympy.Symbol] = {}  # torch's expression -> its symbol
+        self._compute: Dict[sympy.Symbol, Callable[..., int]] = {}
 
     @property
     def symbols(self) -> List[sympy.Symbol]:
@@ -54,14 +61,72 @@ class SizeVars:
             return int(e)
         for s in sorted(e.free_symbols, key=str):
             if s not in self._renamed:
-                new = sympy.Symbol(f"ks{len(self._renamed)}", integer=True, positive=True)
-                self._renamed[s] = new
-                self.hints[new] = int(self.shape_env.backed_var_to_val[s]) if self.shape_env is not None else 2
+                hint = int(self.shape_env.backed_var_to_val[s]) if self.shape_env is not None else 2
                 low = self.shape_env.var_to_range[s].lower if self.shape_env is not None else 2
-                self.lower[new] = int(low) if low.is_Integer else -(1 << 62)  # torch says -int_oo is finite
-        e = sympy.expand(e.xreplace(self._renamed))
+                self._renamed[s] = self._new_symbol(hint, low)
+        e = sympy.expand(self._atomized(e).xreplace(self._renamed))
         _check_polynomial(e)
         return e
+
+    def _new_symbol(self, hint: int, low: sympy.Expr) -> sympy.Symbol:
+        new = sympy.Symbol(f"ks{len(self.hints)}", integer=True, positive=True)
+        self.hints[new] = hint
+        self.lower[new] = int(low) if low.is_Integer else -(1 << 62)  # torch says -int_oo is finite
+        return new
+
+    def _atomized(self, e: sympy.Expr) -> sympy.Expr:
+        """`e` (over torch's symbols) with each floor division, modulo, max or min of sizes in it
+        replaced by its value where the guards fix it, by an exact quotient, else by a derived
+        symbol; a sum or product with a part that may be 0 is one derived symbol as a whole."""
+        if e.is_Symbol or e.is_Integer:
+            return e
+        if e.is_Add or e.is_Mul or (e.is_Pow and e.exp.is_Integer and e.exp > 0):
+            try:
+                return e.func(*map(self._atomized, e.args))
+            except _MayBeBelowOne:
+                return self._derived(e)
+        if e.func.__name__ not in _PYTHON_FUNCTIONS or self.shape_env is None:
+            raise CannotCompile(f"size expression {e} (only sums, products, floor divisions, modulos, "
+                                "max and min of sizes are supported)")
+        try:
+            quotient = self._exact_quotient(e)
+        except _MayBeBelowOne:  # a part of it may be 0: `e` is one symbol as a whole
+            quotient = None
+        return quotient if quotient is not None else self._derived(e)
+
+    def _exact_quotient(self, e: sympy.Expr) -> Optional[sympy.Expr]:
+        """A floor division by a product of sizes (never 0) that divides the dividend as polynomials."""
+        if e.func.__name__ not in ("FloorDiv", "CleanDiv"):
+            return None
+        dividend, divisor = (sympy.expand(self._atomized(a)) for a in e.args)
+        coefficient, factors = divisor.as_coeff_mul()
+        if not (coefficient.is_Integer and coefficient > 0 and all(f.is_Symbol for f in factors)):
+            return None
+        quotient, remainder = sympy.div(dividend, divisor)
+        if remainder != 0 or not (quotient.is_Integer or all(
+                c.is_Integer for c in sympy.Poly(quotient, *quotient.free_symbols).coeffs())):
+            return None
+        return quotient
+
+    def _derived(self, e: sympy.Expr) -> sympy.Expr:
+        """The symbol computed at run time for torch's `e`, or its value where the guards fix it."""
+        if e in self._derived_of:
+            return self._derived_of[e]
+        hint = int(e.xreplace({s: self.shape_env.backed_var_to_val[s] for s in e.free_symbols}))
+        if self.shape_env._maybe_evaluate_static(sympy.Eq(e, hint)):  # a view's -1 that the guards fix
+            self._derived_of[e] = sympy.Integer(hint)
+            return self._derived_of[e]
+        low = self.shape_env.bound_sympy(e).lower
+        if not (low.is_Integer and low >= 1):
+            if not self.shape_env._maybe_evaluate_static(sympy.Ge(e, 1)):
+                raise _MayBeBelowOne(f"size expression {e}, which may be less than 1")
+            low = sympy.Integer(1)
+        code = _python_code(e.xreplace(self._renamed))
+        earlier = ", ".join(str(s) for s in self.hints)
+        new = self._derived_of[e] = self._new_symbol(hint, low)
+        self.derived[new] = code
+        self._compute[new] = eval(f"lambda {earlier}: {code}", {})  # noqa: S307 - our own arithmetic text
+        return new
 
     def _resolve_max_min(self, e: sympy.Expr) -> sympy.Expr:
         """Max and Min (of slice sizes, strides) the shape env's facts decide, replaced by the winner."""
@@ -103,24 +168,60 @@ class SizeVars:
                 self.sources[e] = (index, kind, dim)
 
     def check_bound(self) -> None:
-        missing = [str(s) for s in self.hints if s not in self.sources]
+        missing = [str(s) for s in self.hints if s not in self.sources and s not in self.derived]
         if missing:
             raise CannotCompile(f"size symbols {missing} are not sizes of the graph's inputs")
 
     def values(self, args: Sequence[Any]) -> Tuple[int, ...]:
         """The symbols' values for one call's arguments."""
-        out = []
+        out: List[int] = []
         for s in self.hints:
+            if s in self.derived:
+                out.append(self._compute[s](*out))
+                continue
             index, kind, dim = self.sources[s]
             a = args[index]
             out.append(a.shape[dim] if kind == "size" else a.stride(dim) if kind == "stride" else int(a))
         return tuple(out)
 
     def value_code(self, s: sympy.Symbol, arg: Callable[[int], str]) -> str:
-        """Python text reading symbol `s` from the argument `arg(index)` names."""
+        """Python text reading symbol `s` from the argument `arg(index)` names (a derived symbol:
+        computing it from the symbols before it, as locals)."""
+        if s in self.derived:
+            return self.derived[s]
         index, kind, dim = self.sources[s]
         a = arg(index)
         return f"{a}.shape[{dim}]" if kind == "size" else f"{a}.stride({dim})" if kind == "stride" else a
+
+
+# torch's integer functions of sizes (torch.utils._sympy.functions) -> their Python spelling
+_PYTHON_FUNCTIONS: Dict[str, Callable[[List[str]], str]] = {
+    "FloorDiv": lambda a: f"({a[0]} // {a[1]})",
+    "CleanDiv": lambda a: f"({a[0]} // {a[1]})",
+    "PythonMod": lambda a: f"({a[0]} % {a[1]})",
+    "Max": lambda a: f"max({', '.join(a)})",
+    "Min": lambda a: f"min({', '.join(a)})",
+}
+
+
+class _MayBeBelowOne(CannotCompile):
+    """A derived size torch's bounds do not keep at 1 or more."""
+
+
+def _python_code(e: sympy.Expr) -> str:
+    """`e`, over our symbols and torch's integer functions, as Python text."""
+    if e.is_Integer or e.is_Symbol:
+        return str(e)
+    if e.is_Add:
+        return "(" + " + ".join(map(_python_code, e.args)) + ")"
+    if e.is_Mul:
+        return "*".join(map(_python_code, e.args))
+    if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+        return "*".join([_python_code(e.base)] * int(e.exp))
+    spell = _PYTHON_FUNCTIONS.get(e.func.__name__)
+    if spell is None:
+        raise CannotCompile(f"size expression {e}")
+    return spell([_python_code(a) for a in e.args])
 
 
 def symbolic_ints(value: Any) -> List[torch.SymInt]:

@@ -2,6 +2,7 @@
 stand-ins for module tensors, after checking that eager accepts the example inputs."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import operator
@@ -378,14 +379,19 @@ def check_eager_accepts(gm: torch.fx.GraphModule, example_inputs: Sequence[torch
 
 
 def _functional_trace(fn, inputs, symbolic: bool = False) -> torch.fx.GraphModule:
-    with torch.no_grad():
-        return make_fx(torch.func.functionalize(fn, remove="mutations"),
-                       decomposition_table=decompositions(), tracing_mode="symbolic" if symbolic else "fake",
-                       _allow_non_fake_inputs=True)(*inputs)
+    return _make_fx(torch.func.functionalize(fn, remove="mutations"), inputs, symbolic)
 
 
 def _decomposed_trace(fn, inputs, symbolic: bool = False) -> torch.fx.GraphModule:
-    with torch.no_grad():
+    return _make_fx(fn, inputs, symbolic)
+
+
+def _make_fx(fn, inputs, symbolic: bool) -> torch.fx.GraphModule:
+    """make_fx decomposing `fn`. Static sizes are traced outside torch.compile's tracing context:
+    make_fx would take that context's fake mode, whose shape env gives fresh tensors (the copies
+    traced here) symbolic sizes."""
+    context = contextlib.nullcontext() if symbolic else torch._guards.tracing(None)
+    with torch.no_grad(), context:
         return make_fx(fn, decomposition_table=decompositions(), tracing_mode="symbolic" if symbolic else "fake",
                        _allow_non_fake_inputs=True)(*inputs)
 
