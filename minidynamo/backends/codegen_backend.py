@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_flatten
 from .. import config
 from ..counters import record_fallback
 from ..frame_hook import disabled
+from ..codegen.fx_functional import may_write_in_place
 from .mask_writes import rewrite_mask_writes
 
 log = logging.getLogger(__name__)
@@ -188,6 +189,31 @@ def needs_grad(gm: torch.nn.Module, inputs: Sequence) -> bool:
         or any(p.requires_grad for p in gm.parameters())
 
 
+
+def partition_for(gm: torch.fx.GraphModule) -> Callable:
+    """How aot_autograd splits `gm`'s forward and backward. The min-cut partitioner recomputes cheap
+    values in the backward from what it saves, the graph's inputs among them; but an input the graph
+    changes in place is saved as the changed object, so a backward recomputing from it sees the new
+    value, or autograd's version check fails where eager, which saved the value computed before
+    the change, succeeds. There, the default partition saves the values the forward computed, as
+    eager's nodes do."""
+    from torch._functorch.partitioners import default_partition, min_cut_rematerialization_partition
+
+    return default_partition if writes_an_input(gm) else min_cut_rematerialization_partition
+
+
+def writes_an_input(gm: torch.fx.GraphModule) -> bool:
+    """Whether an in-place op of `gm` may change one of its inputs: the tensor it writes is an input,
+    or made from one (followed through first arguments, views among them, so more than views)."""
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method") and may_write_in_place(node) and node.args:
+            target = node.args[0]
+            while isinstance(target, torch.fx.Node) and target.op != "placeholder" and target.args:
+                target = target.args[0]
+            if isinstance(target, torch.fx.Node) and target.op == "placeholder":
+                return True
+    return False
+
 class CodegenBackend:
     """A torch.compile-style backend over one of our code generators (`compile_graph`).
 
@@ -232,7 +258,6 @@ class CodegenBackend:
 
     def compile_autograd(self, gm: torch.fx.GraphModule, example_inputs: List[torch.Tensor]) -> Callable:
         from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
 
         from ..codegen.trace import check_eager_accepts_copies
 
@@ -276,7 +301,7 @@ class CodegenBackend:
         # Without its CSE pass, which imports inductor's pattern matcher (about 1 s, once).
         with torch._functorch.config.patch(force_non_lazy_backward_lowering=True, cse=False):
             compiled = aot_module_simplified(gm, example_inputs, fw_compiler=boxed("forward"), bw_compiler=boxed("backward"),
-                                             partition_fn=min_cut_rematerialization_partition)
+                                             partition_fn=partition_for(gm))
         return (lambda *args: compiled(*args)[0]) if single else compiled
 
     def compile_no_grad(self, gm: torch.fx.GraphModule, body: torch.fx.GraphModule,

@@ -25,6 +25,14 @@ class NotFunctional(Exception):
     """An out-of-place result differs from its in-place op's tensor in size, strides, dtype or device."""
 
 
+def may_write_in_place(node: torch.fx.Node) -> bool:
+    """Whether an op may change a tensor it is given: an in-place method or function (`add_`,
+    `relu_`), an augmented operator, item assignment, or an `out=` argument."""
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return ((name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs
+            or node.target is operator.setitem or (name.startswith("i") and getattr(operator, name, None) is node.target))
+
+
 def _tensor_overloads(packet: Any) -> List[Any]:
     overloads = [getattr(packet, name) for name in packet.overloads()]
     return [o for o in overloads if o._schema.arguments and str(o._schema.arguments[0].type) in ("Tensor", "List[Tensor]")]

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 import torch.fx
 
+from ..codegen.fx_functional import may_write_in_place  # noqa: F401 - imported from here too
 from ..exc import unimplemented
 from ..guards import Guard, GuardKind
 from ..source import AttrSource, CallSource
@@ -35,14 +36,6 @@ _DATA_DEPENDENT = {
     "data_ptr": "reading a tensor's data pointer",
     "backward": "calling .backward() inside a compiled region",
 }
-
-
-def may_write_in_place(node: torch.fx.Node) -> bool:
-    """Whether an op may change a tensor it is given: an in-place method or function (`add_`,
-    `relu_`), an augmented operator, item assignment, or an `out=` argument."""
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return ((name.endswith("_") and not name.endswith("__")) or "out" in node.kwargs
-            or node.target is operator.setitem or (name.startswith("i") and getattr(operator, name, None) is node.target))
 
 
 # Tensor methods whose results are trackers of modules built on this one: name -> (tx, tensor, kwargs) -> tracker.
