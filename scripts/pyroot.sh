@@ -55,7 +55,7 @@ trap unmount_all EXIT INT TERM
 
 bind() {  # bind SOURCE TARGET_IN_ROOT
   mkdir -p "$root$2"
-  mount --bind "$1" "$root$2"
+  mount --rbind "$1" "$root$2"  # recursive: /dev/shm and /dev/pts come along (multiprocessing needs them)
   mounted+=("$root$2")
 }
 
