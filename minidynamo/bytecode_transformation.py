@@ -7,6 +7,7 @@ form into a list the translator can index, and build code objects shaped like an
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 import weakref
 from dataclasses import dataclass, field
@@ -62,6 +63,11 @@ class CodeCache:
 
 
 _read_cache = CodeCache()
+
+
+# 3.14: a function made from code with this flag takes co_consts[0] as its docstring (it reads the
+# slot unchecked); generated code keeps no docstring there.
+_HAS_DOCSTRING = getattr(inspect, "CO_HAS_DOCSTRING", 0)
 
 
 def read_instructions(code: types.CodeType) -> Instructions:
@@ -130,7 +136,7 @@ def assemble(
         argcount=like.co_argcount if argcount is None else argcount,
         posonlyargcount=like.co_posonlyargcount if argcount is None else 0,
         kwonlyargcount=like.co_kwonlyargcount if kwonlyargcount is None else kwonlyargcount,
-        flags=like.co_flags if flags is None else flags, name=name or like.co_name,
+        flags=(like.co_flags if flags is None else flags) & ~_HAS_DOCSTRING, name=name or like.co_name,
         qualname=qualname or name or like.co_qualname, filename=like.co_filename, first_lineno=like.co_firstlineno)
     n_params = fields["argcount"] + fields["kwonlyargcount"] + bool(fields["flags"] & 0x04) + bool(fields["flags"] & 0x08)
     names = dict(argnames=list(argnames) if argnames is not None else list(like.co_varnames[:n_params]),
