@@ -113,6 +113,12 @@ class ExceptionVariable(NewObjectVariable):
             unimplemented("the traceback of an exception raised while tracing")
         return super().generic_getattr(tx, name)
 
+    def store_attr(self, tx, name: str, value: VariableTracker) -> None:
+        if class_attribute(self.cls, "__setattr__") is BaseException.__setattr__:  # the generic one
+            self.generic_setattr(tx, name, value)
+        else:
+            super().store_attr(tx, name, value)
+
     def generic_setattr(self, tx, name: str, value: VariableTracker) -> None:
         if name == "args":
             self.args = TupleVariable(value.unpack_var_sequence(tx))
