@@ -98,7 +98,7 @@ class InstructionTranslatorBase(pyversion.VersionHandlers):
         self.steps = 0
         # Whether this runs a generator function's frame, one yield at a time (see GeneratorVariable).
         self.is_generator = False
-        # the exceptions this frame's handlers are handling now, innermost last (see PUSH_EXC_INFO)
+        # the exceptions this frame's handlers are handling now, innermost last (see enter_handler)
         self.exc_handling: List[ExceptionVariable] = []
         # the instruction that raised the exception a handler of this frame took, until the frame's
         # stack holds no exception again: a graph break in between goes there (see InstructionTranslator.run)
