@@ -95,6 +95,14 @@ def python_error(exc_type: type, *args: Any) -> NoReturn:
     raise TracedException(exc_type, args)
 
 
+def raise_folded(error: Exception, what: str) -> NoReturn:
+    """`what`, evaluated on constants while tracing, raised `error`: eager raises the same there, and so
+    does the traced code (an AttributeError, whose fields name the object, stays a graph break)."""
+    if isinstance(error, AttributeError):
+        unimplemented(f"{what} raises {type(error).__name__} here")
+    raise TracedException(type(error), error.args)
+
+
 class AttributeMissing(TracedException):
     """Traced code reached an attribute lookup that Python answers with AttributeError."""
 

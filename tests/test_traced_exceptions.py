@@ -334,6 +334,24 @@ def missing_key_in_helper(x):
         return x + 1
 
 
+@case()
+def folded_builtin_raises(x):
+    try:
+        n = int("seven")
+    except ValueError as e:
+        n = len(str(e))
+    return x + n
+
+
+@case(torch_breaks="the ValueError str.index raises in its trace has no args (a wrong result)")
+def folded_method_raises(x):
+    try:
+        n = "abc".index("z")
+    except ValueError as e:
+        n = len(e.args)
+    return x + n
+
+
 class Lazy:
     def __init__(self):
         self.present = 1

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
-from ..exc import TracedException, python_error, unimplemented, unimplemented_frame
+from ..exc import TracedException, python_error, raise_folded, unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
 from ..module_lookup import getattr_static
 from ..source import AttrSource
@@ -161,8 +161,8 @@ class BuiltinVariable(VariableTracker):
         if self._foldable(args, kwargs):
             try:
                 value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
-            except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
-                unimplemented(f"{self.describe()} raises {type(e).__name__} here")
+            except Exception as e:  # noqa: BLE001 - what eager raises there, caught or not by the user's code
+                raise_folded(e, self.describe())
             return same_constant(value, args) or tx.wrap_constant(value)
         return self._call_on_values(tx, args)
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ..exc import TracedException, unimplemented
 from ..module_lookup import class_attribute
 from .base import VariableTracker
-from .constant import ConstantVariable, is_none
+from .constant import ConstantVariable, is_constant_value, is_none
 from .dicts import ConstDictVariable
 from .lists import ListVariable, TupleVariable
 from .user_defined import HEAP_TYPE, NewObjectVariable, UserDefinedClassVariable
@@ -77,6 +77,8 @@ class ExceptionVariable(NewObjectVariable):
     def of_error(tx, error: TracedException) -> "ExceptionVariable":
         """The tracker of an exception the translator raised (from constants)."""
         if error.value is None:
+            if not (is_traced_exception_class(error.exc_type) and all(map(is_constant_value, error.exc_args))):
+                unimplemented(f"catching a {error.exc_type.__name__} whose state the trace does not keep")
             exception = ExceptionVariable(error.exc_type, [tx.wrap_constant(a) for a in error.exc_args])
             exception.fields.update({k: tx.wrap_constant(v) for k, v in error.fields.items() if k in exception.fields})
             error.value = exception
