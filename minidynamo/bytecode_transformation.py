@@ -32,6 +32,9 @@ class Instructions:
     offsets: List[int]  # the original byte offset of each instruction
     label_index: Dict[int, int]  # id(Label) -> index of the instruction it marks
     handlers: List[Optional[int]]  # index of the exception handler covering each instruction
+    # of the exception-table entry covering each instruction: the stack depth its handler keeps, and
+    # whether the raising instruction's offset is pushed below the exception
+    handler_depths: List[Optional[Tuple[int, bool]]]
     positions: List[int]  # index of each instruction in `bytecode`
     names: List[str]  # each instruction's opcode name (the translator's handler), read once here
     # per translator class: its handler function for each instruction (None: no handler), made on first run
@@ -80,7 +83,7 @@ def _read(code: types.CodeType) -> Instructions:
     instrs: List[Instr] = []
     label_index: Dict[int, int] = {}
     pending: List[Label] = []
-    handler_labels: List[Optional[Label]] = []
+    try_blocks: List[Optional[TryBegin]] = []
     positions: List[int] = []
     current_try: Optional[TryBegin] = None
     for position, element in enumerate(abstract):
@@ -96,14 +99,16 @@ def _read(code: types.CodeType) -> Instructions:
             pending.clear()
             instrs.append(element)
             positions.append(position)
-            handler_labels.append(current_try.target if current_try is not None else None)
+            try_blocks.append(current_try)
     for label in pending:
         label_index[id(label)] = len(instrs)
     offsets = pyversion.instruction_offsets(code)
     if len(offsets) != len(instrs):
         offsets = list(range(len(instrs)))
-    handlers = [label_index[id(label)] if label is not None else None for label in handler_labels]
-    return Instructions(code, abstract, instrs, offsets, label_index, handlers, positions, [i.name for i in instrs])
+    handlers = [label_index[id(block.target)] if block is not None else None for block in try_blocks]
+    depths = [(block.stack_depth, block.push_lasti) if block is not None else None for block in try_blocks]
+    return Instructions(code, abstract, instrs, offsets, label_index, handlers, depths, positions,
+                        [i.name for i in instrs])
 
 
 def closure_var(code: types.CodeType, name: str) -> Optional[Union[CellVar, FreeVar]]:

@@ -1,5 +1,5 @@
 """Errors raised while translating a frame."""
-from typing import List, NoReturn, Optional
+from typing import Any, Dict, List, NoReturn, Optional
 
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
@@ -70,11 +70,56 @@ def unimplemented_frame(msg: str) -> NoReturn:
     raise error
 
 
-class AttributeMissing(Unsupported):
-    """Traced code reached an attribute lookup that Python answers with AttributeError. hasattr and
-    getattr with a default catch it (their lookup ran user code, a Python __getattribute__); left
-    uncaught, it is an ordinary graph break."""
+class TracedException(Unsupported):
+    """A Python exception raised inside the traced code: by the user's `raise`, or by an operation that
+    Python answers with one (a missing attribute or dict key, an exhausted iterator). The user's
+    handlers in the trace catch it (see InstructionTranslatorBase.catch); one that no handler of the
+    frame catches is a graph break before what raised it, which then raises it in plain Python.
+    `exc_type` is its class; `value` its tracker, or None where the translator raised it: made from
+    the constants `exc_args` (and the C-level `fields`) when a handler takes it."""
+
+    def __init__(self, exc_type: type, exc_args: tuple = (), value: Any = None,
+                 fields: Optional[Dict[str, Any]] = None) -> None:
+        shown = ", ".join(map(repr, exc_args))
+        super().__init__(f"{exc_type.__name__}({shown}) raised and not caught in the traced code")
+        self.exc_type = exc_type
+        self.exc_args = exc_args
+        self.value = value
+        self.fields = fields or {}
+        # CPython chains the exception being handled where one is raised: done where a frame first sees it
+        self.context_pending = True
 
 
-def attribute_missing(msg: str) -> NoReturn:
-    raise AttributeMissing(msg)
+def python_error(exc_type: type, *args: Any) -> NoReturn:
+    """Raise, in the traced code, the exception `exc_type(*args)` that Python raises at this point."""
+    raise TracedException(exc_type, args)
+
+
+def raise_folded(error: Exception, what: str) -> NoReturn:
+    """`what`, evaluated on constants while tracing, raised `error`: eager raises the same there, and so
+    does the traced code (an AttributeError, whose fields name the object, stays a graph break)."""
+    if isinstance(error, AttributeError):
+        unimplemented(f"{what} raises {type(error).__name__} here")
+    raise TracedException(type(error), error.args)
+
+
+class AttributeMissing(TracedException):
+    """Traced code reached an attribute lookup that Python answers with AttributeError."""
+
+    def __init__(self, msg: str, name: Optional[str] = None) -> None:
+        super().__init__(AttributeError, (msg,), fields={"name": name})
+
+
+def no_attribute(cls: type, name: str) -> NoReturn:
+    """Python's AttributeError for an instance of `cls` that has no attribute `name`."""
+    raise AttributeMissing(f"'{cls.__name__}' object has no attribute '{name}'", name)
+
+
+def no_class_attribute(cls: type, name: str) -> NoReturn:
+    """Python's AttributeError for the class `cls`, which has no attribute `name`."""
+    raise AttributeMissing(f"type object '{cls.__name__}' has no attribute '{name}'", name)
+
+
+def no_getter(cls: type, name: str) -> NoReturn:
+    """Python's AttributeError for reading a property without a getter."""
+    raise AttributeMissing(f"property '{name}' of '{cls.__qualname__}' object has no getter", name)

@@ -20,7 +20,7 @@ from . import pyversion
 from .bytecode_analysis import in_loop, live_locals, reads_own_frame
 from .bytecode_transformation import Instr, Instructions, read_instructions
 from .resume_execution import fresh_arguments, frame_name
-from .exc import Unsupported, UserFrame, unimplemented, unimplemented_frame
+from .exc import TracedException, Unsupported, UserFrame, unimplemented, unimplemented_frame
 from .frame_codegen import BreakEnding, FrameEnding, ReturnEnding
 from .global_state import GlobalState
 from .guards import BuiltinRead, Guard, GuardKind
@@ -32,6 +32,7 @@ from .variables import (
     BoundMethodCall,
     BuiltinVariable,
     CellVariable,
+    ExceptionVariable,
     GradModeVariable,
     ConstantVariable,
     ConstDictVariable,
@@ -43,6 +44,7 @@ from .variables import (
     SetVariable,
     TensorVariable,
     TupleVariable,
+    UserDefinedClassVariable,
     VariableBuilder,
     VariableTracker,
     WithExitVariable,
@@ -97,6 +99,11 @@ class InstructionTranslatorBase(PatternMatching, pyversion.VersionHandlers):
         self.steps = 0
         # Whether this runs a generator function's frame, one yield at a time (see GeneratorVariable).
         self.is_generator = False
+        # the exceptions this frame's handlers are handling now, innermost last (see enter_handler)
+        self.exc_handling: List[ExceptionVariable] = []
+        # the instruction that raised the exception a handler of this frame took, until the frame's
+        # stack holds no exception again: a graph break in between goes there (see InstructionTranslator.run)
+        self.exception_entry: Optional[int] = None
 
     # ---- the interpreter loop ----
 
@@ -136,6 +143,10 @@ class InstructionTranslatorBase(PatternMatching, pyversion.VersionHandlers):
             try:
                 if handler(self, inst):
                     return
+            except TracedException as e:
+                if not self.catch(e):
+                    e.user_stack = e.user_stack or self.user_stack()
+                    raise
             except Unsupported as e:
                 if not e.user_stack:
                     e.user_stack = self.user_stack()
@@ -507,8 +518,94 @@ class InstructionTranslatorBase(PatternMatching, pyversion.VersionHandlers):
     def IMPORT_FROM(self, inst: Instr) -> None:
         self.push(self.stack[-1].var_getattr(self, inst.arg))
 
-    def RAISE_VARARGS(self, inst: Instr) -> None:
-        unimplemented("raising an exception")
+    # ---- exceptions raised and caught in the traced code ----
+
+    def catch(self, error: TracedException) -> bool:
+        """The exception `error` raised by the instruction running now: where this frame's exception
+        table gives that instruction a handler, go on there as CPython does (the stack cut to the
+        handler's depth, the instruction's offset pushed where the entry says so, then the exception).
+        False where no handler of this frame takes it."""
+        exception = ExceptionVariable.of_error(self, error)
+        if error.context_pending:  # the frame running where it was raised is the first to see it
+            error.context_pending = False
+            exception.chain_context(self.handled_exception())
+        index = self.current_index
+        handler, entry = self.instructions.handlers[index], self.instructions.handler_depths[index]
+        if handler is None:
+            return False
+        depth, push_lasti = entry
+        del self.stack[depth:]
+        if push_lasti:
+            self.push(ConstantVariable(index))
+        self.push(exception)
+        self.kw_names = None
+        self.instruction_pointer = handler
+        if self.exception_entry is None:
+            self.exception_entry = index
+        return True
+
+    def handled_exception(self) -> Optional[ExceptionVariable]:
+        """The exception being handled now (what sys.exception() returns), in this frame or a caller."""
+        for translator in reversed(self.output.running):
+            if translator.exc_handling:
+                return translator.exc_handling[-1]
+        return None
+
+    def enter_handler(self, exception: VariableTracker) -> VariableTracker:
+        """A handler starts handling `exception`: the exception handled before, kept on the stack."""
+        previous = self.handled_exception()
+        self.exc_handling.append(exception)
+        return previous if previous is not None else ConstantVariable(None)
+
+    def leave_handler(self) -> None:
+        """The innermost handler of this frame is done: the exception handled before is again."""
+        self.exc_handling.pop()
+        if not self.exc_handling and not any(isinstance(v, ExceptionVariable) for v in self.stack):
+            self.exception_entry = None
+
+    @staticmethod
+    def exception_matches(exception: VariableTracker, classes: VariableTracker) -> VariableTracker:
+        """Whether an `except classes` clause takes `exception`."""
+        match = classes.as_python_constant()
+        flat = match if isinstance(match, tuple) else (match,)
+        if not all(isinstance(c, type) and issubclass(c, BaseException) for c in flat):
+            unimplemented(f"an except clause naming {classes.describe()} (Python raises TypeError)")
+        return ConstantVariable(issubclass(exception.python_type(), match))
+
+    def raise_exception(self, values: List[VariableTracker]) -> None:
+        """`raise`, `raise exc` or `raise exc from cause` (RAISE_VARARGS's `values`)."""
+        if not values:
+            handled = self.handled_exception()
+            if handled is None:
+                unimplemented("a bare raise with no exception being handled (Python raises RuntimeError)")
+            self.reraise(handled)
+        exception = self.exception_instance(values[0])
+        if len(values) == 2:
+            cause = values[1] if is_none(values[1]) else self.exception_instance(values[1])
+            exception.generic_setattr(self, "__cause__", cause)
+        raise TracedException(exception.cls, _constant_args(exception), exception)
+
+    def exception_instance(self, value: VariableTracker) -> ExceptionVariable:
+        """What `raise value` raises: the exception, or a new instance of an exception class."""
+        if isinstance(value, UserDefinedClassVariable):
+            value = value.call_function(self, [], {})
+        if not isinstance(value, ExceptionVariable):
+            unimplemented(f"raising {value.describe()}")
+        return value
+
+    @staticmethod
+    def reraise(exception: VariableTracker) -> None:
+        """Raise `exception` again as it is (its context unchanged), as RERAISE and a bare raise do."""
+        if not isinstance(exception, ExceptionVariable):
+            unimplemented(f"re-raising {exception.describe()}")
+        error = TracedException(exception.cls, _constant_args(exception), exception)
+        error.context_pending = False
+        raise error
+
+    @staticmethod
+    def exception_class(exception: VariableTracker) -> VariableTracker:
+        """type(exception), as WITH_EXCEPT_START passes it to __exit__."""
+        return UserDefinedClassVariable(exception.python_type())
 
     def start_generator(self) -> None:
         if not self.is_generator:
@@ -576,7 +673,9 @@ class InstructionTranslator(InstructionTranslatorBase):
             super().run()
         except Unsupported as e:
             if e.break_index is None and not e.whole_frame:
-                e.break_index = self.current_index
+                # in the frame's own handler code, the exception it handles is on the stack, which no
+                # resume function rebuilds: the break goes before what raised it, which then runs as written
+                e.break_index = self.current_index if self.exception_entry is None else self.exception_entry
             raise
 
     marks_calls = True
@@ -715,6 +814,12 @@ class InstructionTranslator(InstructionTranslatorBase):
             elif name in live and name in self.f_locals:
                 passed.append((name, None))
         return passed
+
+
+def _constant_args(exception: ExceptionVariable) -> tuple:
+    """The args of an exception, where all are constants (for the message of a graph break)."""
+    items = exception.args.items
+    return tuple(v.as_python_constant() for v in items) if all(v.is_python_constant() for v in items) else ()
 
 
 def _closure_name(arg: Any) -> str:

@@ -123,6 +123,16 @@ def missing_attribute_in_loop(t):
     return t + 1, out
 
 
+def graph_break_in_try_in_loop(t):
+    out = []
+    for n in ["a", "b"]:
+        try:
+            torch._dynamo.graph_break()
+        except AttributeError:
+            out.append(n)
+    return t + 1, out
+
+
 class Base(torch.nn.Module):
     scale = 3.0
 
@@ -265,14 +275,14 @@ def test_resume_function_keeps_the_handler_depths():
 
     frame_codegen.resume_code = recording
     try:
-        minidynamo.optimize("eager")(missing_attribute_in_loop)(torch.ones(1))
+        minidynamo.optimize("eager")(graph_break_in_try_in_loop)(torch.ones(1))
     finally:
         frame_codegen.resume_code = build
     assert made
-    original = {(e.depth, e.lasti) for e in dis._parse_exception_table(missing_attribute_in_loop.__code__)}
+    original = {(e.depth, e.lasti) for e in dis._parse_exception_table(graph_break_in_try_in_loop.__code__)}
     for code in made:
         assert {(e.depth, e.lasti) for e in dis._parse_exception_table(code)} == original
-        assert code.co_stacksize == missing_attribute_in_loop.__code__.co_stacksize
+        assert code.co_stacksize == graph_break_in_try_in_loop.__code__.co_stacksize
 
 
 # ---------------------------------------------------------------- library entry points, in a child process

@@ -356,8 +356,9 @@ def _one_line_table(n_units: int) -> bytes:
 # call_operator, call_function, call_unpacked, make_function, set_function_attribute, load_local,
 # store_local, is_bound, cell, make_cell, load_global, load_method, context_exit, enter_context,
 # next_item, start_generator, yield_from_next, yield_from_value, jump, pop_jump_if, pop_jump_if_none,
-# jump_if_or_pop, STORE_SUBSCR and RETURN_VALUE. A handler of an opcode a later version dropped stays
-# here while an earlier supported version has it: that version never dispatches it.
+# jump_if_or_pop, STORE_SUBSCR, RETURN_VALUE, enter_handler, leave_handler, exception_matches,
+# raise_exception, reraise and exception_class. A handler of an opcode a later
+# version dropped stays here while an earlier supported version has it: that version never dispatches it.
 
 
 class Frame:
@@ -434,3 +435,29 @@ class WithAndExceptions:
         context = self.pop()
         self.push(self.context_exit(context))
         self.push(self.enter_context(context))
+
+    def PUSH_EXC_INFO(self, inst: Instr) -> None:
+        exception = self.pop()
+        self.push(self.enter_handler(exception))
+        self.push(exception)
+
+    def POP_EXCEPT(self, inst: Instr) -> None:
+        self.pop()  # the exception handled before, which the translator keeps too
+        self.leave_handler()
+
+    def CHECK_EXC_MATCH(self, inst: Instr) -> None:
+        classes = self.pop()
+        self.push(self.exception_matches(self.stack[-1], classes))
+
+    def RAISE_VARARGS(self, inst: Instr) -> None:
+        self.raise_exception(self.popn(inst.arg))
+
+    def RERAISE(self, inst: Instr) -> None:
+        self.reraise(self.pop())
+
+    exit_depth = 4  # where WITH_EXCEPT_START finds __exit__: below the offset, the previous and the raised exception
+
+    def WITH_EXCEPT_START(self, inst: Instr) -> None:
+        exception = self.stack[-1]
+        args = [self.exception_class(exception), exception, self.constant(None)]
+        self.push(self.call_function(self.stack[-self.exit_depth], args, {}))

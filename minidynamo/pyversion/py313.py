@@ -145,6 +145,8 @@ class Calls(base.Calls):
             self.push(self.build_tuple(self.pop().items))
         elif inst.arg == Intrinsic1Op.INTRINSIC_UNARY_POSITIVE:
             self.push(self.call_operator(operator.pos, self.pop()))
+        elif inst.arg == Intrinsic1Op.INTRINSIC_STOPITERATION_ERROR:
+            pass  # the handler around a generator's body: GeneratorVariable.next_item sees what leaves it
         else:
             unimplemented(f"the intrinsic {inst.arg.name}")
 

@@ -73,6 +73,8 @@ class Iteration(py313.Iteration):
 
 
 class WithAndExceptions(base.WithAndExceptions):
+    exit_depth = 5  # __exit__ lies below the NULL that LOAD_SPECIAL pushed beside it
+
     def LOAD_SPECIAL(self, inst: Instr) -> None:
         """How a `with` block starts: its __exit__, then its __enter__ called, each beside a NULL."""
         context = self.pop()

@@ -11,6 +11,7 @@ from .functions import BaseUserFunctionVariable, NestedUserFunctionVariable, Use
 from .named_tuple import NamedTupleVariable
 from .sym import SymNodeVariable
 from .user_defined import UserDefinedClassVariable, UserDefinedObjectVariable
+from .exceptions import ExceptionVariable
 from .optimizer import OptimizerVariable
 from .nn_module import NNModuleVariable, is_new_each_call
 from .tensor import TensorVariable
@@ -35,6 +36,7 @@ __all__ = [
     "ConstDictVariable",
     "ConstantVariable",
     "DequeVariable",
+    "ExceptionVariable",
     "FunctionTransformVariable",
     "GradModeVariable",
     "IteratorVariable",

@@ -24,6 +24,7 @@ from .base import UnboundMethodCall, VariableTracker
 from .builtin import BuiltinVariable, is_stdlib
 from .constant import ConstantVariable, is_constant_value
 from .dicts import ConstDictVariable
+from .exceptions import ExceptionClassVariable, is_traced_exception_class
 from .functions import CachedFunctionVariable, PartialVariable, UserFunctionVariable, UserMethodVariable
 from .higher_order import (CheckpointVariable, ControlFlowOpVariable, FunctionalCallVariable, FunctionTransformVariable,
                            is_function_transform)
@@ -284,6 +285,8 @@ class VariableBuilder:
             return AutogradFunctionClassVariable(value, source)
         if isinstance(value, type):
             self.guard(GuardKind.ID_MATCH, value)
+            if is_traced_exception_class(value):
+                return ExceptionClassVariable(value, source)
             return UserDefinedClassVariable(value, source)
         if isinstance(value, enum.Enum):  # a member's identity is its meaning: what `is`, `==`, `.value` answer
             self.guard(GuardKind.ID_MATCH, value)

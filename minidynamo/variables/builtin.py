@@ -15,13 +15,14 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
-from ..exc import AttributeMissing, unimplemented, unimplemented_frame
+from ..exc import TracedException, python_error, raise_folded, unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
 from ..module_lookup import getattr_static
 from ..source import AttrSource
 from .base import VariableTracker, guard_identity
 from .constant import PURE_METHOD_TYPES, ConstantVariable, is_constant_value, is_none, same_constant
 from .dicts import ConstDictVariable, DictClassMethod, construct_mapping
+from .exceptions import ExceptionVariable
 from .functions import BaseUserFunctionVariable, PartialVariable, UserMethodVariable
 from .lists import (BaseListVariable, EnumerateVariable, FilterVariable, IteratorVariable, ListVariable, MapVariable,
                     ReversedListIterator, SetVariable, TupleVariable, UnboundContainerMethod, ZipVariable, iterate,
@@ -35,7 +36,7 @@ from .sym import SymNodeVariable, make_slice
 from .tensor import TensorVariable
 from .torch import read_setting
 from .user_defined import (ConstructedObjectVariable, NewObjectVariable, SuperVariable, UserDefinedClassVariable,
-                           UserDefinedObjectVariable, lookup_class_attribute)
+                           UserDefinedObjectVariable, lookup_class_attribute, user_iterator)
 
 # Functions that may be evaluated on constant arguments while tracing.
 _FOLDABLE = {
@@ -160,8 +161,8 @@ class BuiltinVariable(VariableTracker):
         if self._foldable(args, kwargs):
             try:
                 value = self.fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()})
-            except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
-                unimplemented(f"{self.describe()} raises {type(e).__name__} here")
+            except Exception as e:  # noqa: BLE001 - what eager raises there, caught or not by the user's code
+                raise_folded(e, self.describe())
             return same_constant(value, args) or tx.wrap_constant(value)
         return self._call_on_values(tx, args)
 
@@ -354,12 +355,14 @@ class BuiltinVariable(VariableTracker):
 
     def _call_next(self, tx, iterator: VariableTracker, *default: VariableTracker):
         if not isinstance(iterator, IteratorVariable):
+            iterator = user_iterator(tx, iterator)
+        if iterator is None:
             unimplemented("next() on a non-iterator")
         item = iterator.next_item(tx)
         if item is None:
             if default:
                 return default[0]
-            unimplemented("next() on an exhausted iterator")
+            python_error(StopIteration)
         return item
 
     def _call_zip(self, tx, *iterables: VariableTracker, strict: VariableTracker = ConstantVariable(False)):
@@ -441,7 +444,9 @@ class BuiltinVariable(VariableTracker):
         if default and _lookup_is_traced(obj):
             try:
                 return obj.var_getattr(tx, attr)
-            except AttributeMissing:
+            except TracedException as error:
+                if not issubclass(error.exc_type, AttributeError):
+                    raise
                 return default[0]
         if default:
             if not _has_attr(tx, obj, attr):
@@ -556,6 +561,8 @@ def _text_of(tx, obj: VariableTracker, name: str, *args: VariableTracker):
     if obj.is_python_constant() or not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
         return None
     cls = obj.python_type()
+    if isinstance(obj, ExceptionVariable) and not isinstance(getattr_static(cls, name), types.FunctionType):
+        return obj.text(tx, name) if name != "__format__" else None
     if name == "__str__" and getattr_static(cls, "__str__") is object.__str__:
         name = "__repr__"  # object.__str__ calls repr()
     if not isinstance(getattr_static(cls, name), types.FunctionType):
@@ -708,7 +715,9 @@ def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     if _lookup_is_traced(obj):
         try:
             obj.var_getattr(tx, name)
-        except AttributeMissing:
+        except TracedException as error:
+            if not issubclass(error.exc_type, AttributeError):
+                raise
             return False
         return True
     if isinstance(obj, TensorVariable):

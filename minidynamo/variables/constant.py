@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from ..exc import unimplemented
+from ..exc import raise_folded, unimplemented
 from .base import VariableTracker
 
 _SCALARS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis), type(NotImplemented))
@@ -70,8 +70,8 @@ class ConstantVariable(VariableTracker):
         try:
             result = method(*[a.as_python_constant() for a in args],
                             **{k: v.as_python_constant() for k, v in kwargs.items()})
-        except Exception as e:  # noqa: BLE001 - raised again by the real call, where the user's code can catch it
-            unimplemented(f"{type(self.value).__name__}.{name}() raises {type(e).__name__} here")
+        except Exception as e:  # noqa: BLE001 - what eager raises there, caught or not by the user's code
+            raise_folded(e, f"{type(self.value).__name__}.{name}()")
         return same_constant(result, [self, *args]) or tx.wrap_constant(result)
 
     def reads_source(self) -> bool:

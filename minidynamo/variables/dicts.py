@@ -5,9 +5,9 @@ import collections
 import operator
 from typing import Any, Callable, Dict, List, Optional
 
-from ..exc import Unsupported, unimplemented
+from ..exc import Unsupported, python_error, unimplemented
 from .base import VariableTracker
-from .constant import ConstantVariable, is_none
+from .constant import ConstantVariable, is_constant_value, is_none
 from .lists import TupleVariable, iterate, snapshot_iterator
 
 
@@ -76,7 +76,7 @@ class ConstDictVariable(VariableTracker):
         if self.missing is not None:
             return self.missing(tx, args=[key])
         if self.default_factory is None or is_none(self.default_factory):
-            unimplemented(f"missing dict key {k!r}")
+            missing_key(k)
         self._check_mutable(tx)
         value = self.items[k] = self.default_factory.call_function(tx, [], {})
         return value
@@ -164,13 +164,20 @@ def _update(d: ConstDictVariable, tx, /, *others: VariableTracker, **kwargs: Var
     return ConstantVariable(None)
 
 
+def missing_key(key: Any) -> None:
+    """Python's KeyError for `key`, raised in the traced code (a key the trace cannot rebuild: a graph break)."""
+    if not is_constant_value(key):
+        unimplemented(f"missing dict key {key!r}")
+    python_error(KeyError, key)
+
+
 def _pop(d: ConstDictVariable, tx, key: VariableTracker, *default: VariableTracker):
     k = key.as_python_constant()
     if k in d.items:
         return d.items.pop(k)
     if default:
         return default[0]
-    unimplemented(f"popping a missing dict key {k!r}")
+    missing_key(k)
 
 
 def _popitem(d: ConstDictVariable, tx, last: VariableTracker = ConstantVariable(True)):
@@ -184,7 +191,7 @@ def _popitem(d: ConstDictVariable, tx, last: VariableTracker = ConstantVariable(
 def _delitem(d: ConstDictVariable, tx, key: VariableTracker):
     k = key.as_python_constant()
     if k not in d.items:
-        unimplemented(f"deleting a missing dict key {k!r}")
+        missing_key(k)
     del d.items[k]
     return ConstantVariable(None)
 

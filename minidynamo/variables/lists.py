@@ -8,7 +8,7 @@ import operator
 import types
 from typing import Any, Callable, Dict, List, Optional
 
-from ..exc import unimplemented, unimplemented_frame
+from ..exc import TracedException, unimplemented, unimplemented_frame
 from .base import BoundMethodCall, VariableTracker
 from .constant import ConstantVariable, is_none
 
@@ -500,7 +500,13 @@ class GeneratorVariable(IteratorVariable):
         if self.state == "running":
             unimplemented("a generator advancing itself (Python raises)")
         self.state = "running"
-        item = self.tracer.resume_generator()
+        try:
+            item = self.tracer.resume_generator()
+        except TracedException as error:
+            self.state = "done"  # an exception leaving a generator's frame finishes it
+            if issubclass(error.exc_type, StopIteration):
+                unimplemented("a generator raising StopIteration (Python raises RuntimeError)")
+            raise
         self.state = "suspended" if item is not None else "done"
         if item is None:
             self.returned = self.tracer.return_value

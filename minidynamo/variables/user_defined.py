@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch.distributions.utils import lazy_property
 
-from ..exc import AttributeMissing, attribute_missing, unimplemented
+from ..exc import TracedException, no_attribute, no_class_attribute, no_getter, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
 from ..module_lookup import MISSING, class_attribute, getattr_static, instance_dict_of, is_data_descriptor
@@ -47,7 +47,7 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     that skips the instance's __dict__ (special methods, super())."""
     static = class_attribute(cls, name)
     if static is MISSING:
-        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
+        no_attribute(cls, name)
     if cls_source is None:
         cls_source = _class_source(obj_vt)
     guarded = functools.partial(_guard_class_lookup, tx, obj_vt, cls_source, name, static, implicit, cls)
@@ -57,7 +57,7 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
         return UserMethodVariable(static.__func__, UserDefinedClassVariable(cls, cls_source), guarded())
     if type(static) is property:
         if static.fget is None:
-            attribute_missing(f"property '{name}' of '{cls.__qualname__}' object has no getter")
+            no_getter(cls, name)
         if not isinstance(static.fget, types.FunctionType):
             unimplemented(f"property {name} with a non-Python getter")
         prop_source = guarded()
@@ -76,6 +76,10 @@ def lookup_class_attribute(tx, obj_vt: VariableTracker, cls: type, name: str, at
     if any(static is method for method in OBJECT_METHODS):
         guarded()
         return PartialVariable(tx.wrap(static), [obj_vt], {})
+    builtin = obj_vt.builtin_method(static) if isinstance(obj_vt, NewObjectVariable) else None
+    if builtin is not None:
+        guarded()
+        return builtin
     if isinstance(static, functools._lru_cache_wrapper) and isinstance(static.__wrapped__, types.FunctionType):
         wrapper_source = guarded()  # a cached method: its call runs the function it wraps
         return UserMethodVariable(static.__wrapped__, obj_vt, wrapper_source and AttrSource(wrapper_source, "__wrapped__"))
@@ -228,9 +232,9 @@ def get_attribute(tx, obj: VariableTracker, cls: type, name: str) -> VariableTra
             method = lookup_class_attribute(tx, obj, cls, "__getattribute__", None, implicit=True)
             return method.call_function(tx, [ConstantVariable(name)], {})
         return obj.generic_getattr(tx, name)
-    except AttributeMissing:
+    except TracedException as error:
         fallback = class_attribute(cls, "__getattr__")
-        if fallback is MISSING:
+        if fallback is MISSING or not issubclass(error.exc_type, AttributeError):
             raise
         if not isinstance(fallback, types.FunctionType):
             unimplemented(f"{cls.__qualname__}.__getattr__ is not a Python function")
@@ -279,14 +283,50 @@ def object_iterator(tx, obj: VariableTracker, cls: type) -> Optional[IteratorVar
         return None
     iterate = lookup_class_attribute(tx, obj, cls, "__iter__", None, implicit=True)
     iterator = iterate.call_function(tx, [], {})
-    if isinstance(iterator, (UserDefinedObjectVariable, NewObjectVariable, ConstructedObjectVariable)) \
-            and getattr_static(iterator.python_type(), "__next__", None) is not None:
-        # an iterator object (often `return self`): its items end with a StopIteration raised
-        # in traced code, which the translator does not follow
-        unimplemented(f"iterating over {cls.__qualname__} objects through __next__")
     if not isinstance(iterator, IteratorVariable):
+        iterator = user_iterator(tx, iterator)
+    if iterator is None:
         unimplemented(f"{cls.__qualname__}.__iter__ returning {iterator.describe()} (Python raises)")
     return iterator
+
+
+def user_iterator(tx, obj: VariableTracker) -> Optional[IteratorVariable]:
+    """`obj` as an iterator, where its class defines __next__ in Python (an object __iter__ returned,
+    often itself); None for other values."""
+    if not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
+        return None
+    if not isinstance(getattr_static(obj.python_type(), "__next__", None), types.FunctionType):
+        return None
+    return UserIteratorVariable(obj)
+
+
+class UserIteratorVariable(IteratorVariable):
+    """An object whose class defines __next__ in Python, advanced by FOR_ITER and next(): each item
+    is its __next__ traced, and the StopIteration that raises ends them."""
+
+    def __init__(self, obj: VariableTracker) -> None:
+        super().__init__()
+        self.obj = obj
+
+    def describe(self) -> str:
+        return f"{self.obj.describe()} as an iterator"
+
+    def python_type(self) -> type:
+        return self.obj.python_type()
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.obj]
+
+    def next_item(self, tx) -> Optional[VariableTracker]:
+        try:
+            return self.obj.call_method(tx, "__next__", [], {})
+        except TracedException as error:
+            if not issubclass(error.exc_type, StopIteration):
+                raise
+            return None
+
+    def reconstruct(self, codegen) -> None:
+        codegen.reconstruct(self.obj)
 
 
 def _real_value(value: VariableTracker) -> Any:
@@ -339,7 +379,7 @@ class UserDefinedClassVariable(VariableTracker):
                 unimplemented(f"the metaclass {meta.__qualname__}'s __getattr__")
             guard_class_lacks(tx, self.cls, self.source, name)
             guard_class_lacks(tx, meta, meta_source, name)
-            attribute_missing(f"type object '{self.cls.__qualname__}' has no attribute '{name}'")
+            no_class_attribute(self.cls, name)
         if _user_code_on_read(static) and not isinstance(static, property):
             source = _guard_class_lookup(tx, self, self.source, name, static, True, self.cls)
             getter = UserMethodVariable(class_attribute(type(static), "__get__"), tx.wrap(static, source))
@@ -429,7 +469,7 @@ class UserDefinedObjectVariable(VariableTracker):
                 attr_source = AttrSource(AttrSource(self.source, "__class__"), name)
             return lookup_class_attribute(tx, self, cls, name, attr_source)
         guard_class_lacks(tx, cls, _class_source(self), name)
-        attribute_missing(f"{cls.__qualname__} object has no attribute '{name}'")
+        no_attribute(cls, name)
 
     def instance_dict(self, tx) -> ConstDictVariable:
         """The tracker of the object's __dict__, the one place the trace keeps its attributes from
@@ -480,7 +520,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if pending is not None:
             return pending
         if isinstance(static, types.MemberDescriptorType) and not slot_is_filled(tx, self, name):
-            attribute_missing(f"{type(self.obj).__qualname__} object has no attribute '{name}'")
+            no_attribute(type(self.obj), name)
         return tx.wrap(static.__get__(self.obj, type(self.obj)), self.source and AttrSource(self.source, name))
 
     def has_unpack_var_sequence(self, tx) -> bool:
@@ -709,6 +749,11 @@ class NewObjectVariable(VariableTracker):
     def mapping_storage(self, tx) -> Optional[ConstDictVariable]:
         return self.storage
 
+    def builtin_method(self, static: Any) -> Optional[VariableTracker]:
+        """The tracker of a method of a builtin base class, `static`, bound to this object, where the
+        trace runs it on the object's tracker (see ExceptionVariable); None for the others."""
+        return None
+
     def truthy(self, tx) -> bool:
         for name in ("__bool__", "__len__"):
             if getattr_static(self.cls, name, None) is not None:
@@ -729,7 +774,7 @@ class NewObjectVariable(VariableTracker):
             if isinstance(static, types.MemberDescriptorType):  # a __slots__ slot
                 if name in self.attrs:
                     return self.attrs[name]
-                attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
+                no_attribute(self.cls, name)
             if name == "__class__":
                 return UserDefinedClassVariable(self.cls, self.cls_source)
             if name == "__dict__" and self.cls.__dictoffset__:
@@ -740,7 +785,7 @@ class NewObjectVariable(VariableTracker):
         if static is not MISSING:
             return lookup_class_attribute(tx, self, self.cls, name, None)
         guard_class_lacks(tx, self.cls, self.cls_source, name)
-        attribute_missing(f"{self.cls.__qualname__} object has no attribute '{name}'")
+        no_attribute(self.cls, name)
 
     def generic_delattr(self, tx, name: str) -> None:
         """`object.__delattr__(obj, name)`: a data descriptor's deleter, else the attribute the instance holds."""
