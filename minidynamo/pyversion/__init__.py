@@ -35,6 +35,7 @@ immediate_call_nargs = BYTECODE.immediate_call_nargs
 call_start = BYTECODE.call_start
 is_conditional_jump = BYTECODE.is_conditional_jump
 is_with_cleanup = BYTECODE.is_with_cleanup
+closing_runs_code = BYTECODE.closing_runs_code
 break_pops = BYTECODE.breaking_pops
 locals_read = BYTECODE.locals_read
 locals_written = BYTECODE.locals_written
