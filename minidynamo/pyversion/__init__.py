@@ -25,6 +25,7 @@ VersionHandlers = _module.VersionHandlers
 CALL_OPS = BYTECODE.call_ops
 TERMINATORS = BYTECODE.terminators
 NULL_BEFORE_CALLABLE = BYTECODE.null_before_callable
+DECOMPILED_BY_DEPYF = BYTECODE.decompiled_by_depyf
 
 # reading
 instruction_offsets = BYTECODE.instruction_offsets

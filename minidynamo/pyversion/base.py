@@ -74,6 +74,7 @@ class BytecodeVersion:
     local_writes: Dict[str, Callable[[Any], Sequence[Any]]] = {"STORE_FAST": lambda arg: (arg,)}
     null_before_callable = True  # where a call wants the NULL beside a callable that is not a bound method
     generator_entry_depth = 0  # the stack depth a generator's code starts at (RETURN_GENERATOR pushes)
+    decompiled_by_depyf = True  # explain shows depyf's source for this bytecode, a `dis` listing otherwise
 
     # ---- reading instructions ----
 
