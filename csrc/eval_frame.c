@@ -34,7 +34,8 @@ static PyObject evaluate_marker;
 /* ---- the C stack ----
  * With a frame-evaluation hook installed, CPython no longer inlines Python-to-Python calls:
  * each one nests a C call of the evaluator. Deep recursion that eager code runs in a few
- * megabytes of C stack would then overflow it. Near the end of the thread's stack, frames run
+ * megabytes of C stack would then overflow it, or spend a count of nested evaluator calls
+ * (c_recursion_low). Near the end of the thread's stack or of that count, frames run
  * with the hook uninstalled (calls inline again, nothing is converted), and the hook comes back
  * when they return. */
 #define STACK_RESERVE ((size_t)2 << 20)
@@ -321,10 +322,13 @@ static PyObject *convert(PyThreadState *ts, struct _PyInterpreterFrame *f, PyObj
 
 static PyObject *custom_eval(PyThreadState *ts, struct _PyInterpreterFrame *f, int throwflag)
 {
-    if (c_stack_left() < STACK_RESERVE)
+    if (c_stack_left() < STACK_RESERVE || c_recursion_low(ts))
         return eval_unhooked(ts, f, throwflag);
     PyObject *callback = tls_callback;
-    if (callback == NULL || tls_busy || throwflag || cache_size_limit == 0)
+    /* ts->tracing: the frame belongs to an audit hook, trace or profile function or sys.monitoring
+     * callback, which CPython runs outside the traced program (an audit hook also runs inside our
+     * own code-object creation); converting it would recurse. */
+    if (callback == NULL || tls_busy || ts->tracing || throwflag || cache_size_limit == 0)
         return previous_eval(ts, f, throwflag);
     CodeExtra *extra = cache_lookup(frame_code(f));
     if ((extra != NULL && extra->skip != SKIP_NONE) || !frame_is_convertible(f))

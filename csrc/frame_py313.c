@@ -73,3 +73,11 @@ uint64_t dict_version(PyObject *dict)
     return ((PyDictObject *)dict)->ma_version_tag;
     _Py_COMP_DIAG_POP
 }
+
+/* Every evaluator call spends one of Py_C_RECURSION_LIMIT (10,000) whatever the stack's size, and a
+ * hooked Python call is one or two of them where eager's is none: keep half for the frames that run
+ * unhooked from then on. */
+int c_recursion_low(PyThreadState *ts)
+{
+    return ts->c_recursion_remaining < Py_C_RECURSION_LIMIT / 2;
+}

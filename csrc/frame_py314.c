@@ -103,3 +103,9 @@ uint64_t dict_version(PyObject *dict)
     }
     return ++dict_events;
 }
+
+/* 3.14 bounds nested evaluator calls by the C stack's own size, which c_stack_left watches. */
+int c_recursion_low(PyThreadState *ts)
+{
+    return 0;
+}

@@ -80,6 +80,10 @@ PyObject *frame_vectorcall(PyObject *fn, struct _PyInterpreterFrame *f, Py_ssize
 void frame_finish(PyThreadState *ts, struct _PyInterpreterFrame *f);
 /* Equal results for one dict object mean it was not modified in between. */
 uint64_t dict_version(PyObject *dict);
+/* 1 when the thread has used most of a limit on nested evaluator calls that the C stack's size does
+ * not bound (3.13 counts them; 3.11 counts Python frames the same hooked or not; 3.14 measures the
+ * stack itself). */
+int c_recursion_low(PyThreadState *ts);
 
 /* ---- frame.c: the version-neutral rest of the frame layer, built on the accessors above ---- */
 

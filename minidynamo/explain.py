@@ -8,13 +8,14 @@ import functools
 import io
 import logging
 import re
+import sys
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
 import torch
 
-from . import _C, convert_frame, counters, eval_frame, logs
+from . import _C, convert_frame, counters, eval_frame, logs, pyversion
 from .exc import UserFrame
 from .guards import Guard
 from .resume_execution import frame_name
@@ -37,7 +38,7 @@ class BreakReason:
 @dataclass
 class DecompiledCode:
     source: str
-    exact: bool  # False: a `dis` listing, because depyf is not installed or could not decompile
+    exact: bool  # False: a `dis` listing, because depyf is not installed, does not read this bytecode or failed
 
 
 def _const_names(code: types.CodeType, first_graph: int) -> Dict[int, str]:
@@ -54,17 +55,22 @@ def _const_names(code: types.CodeType, first_graph: int) -> Dict[int, str]:
     return names
 
 
+def _listing(code: types.CodeType, why: str) -> DecompiledCode:
+    listing = io.StringIO()
+    dis.dis(code, file=listing, depth=0)
+    return DecompiledCode(f"# bytecode listing ({why})\n{listing.getvalue()}", exact=False)
+
+
 def decompile(code: types.CodeType, first_graph: int = 0) -> DecompiledCode:
     """Python source for `code` via depyf when it can; a `dis` listing otherwise."""
+    if not pyversion.DECOMPILED_BY_DEPYF:
+        return _listing(code, f"depyf does not decompile CPython {sys.version_info[0]}.{sys.version_info[1]} bytecode")
     try:
         import depyf
 
         source = depyf.decompile(code)
     except Exception as e:  # ImportError, or code depyf does not handle
-        listing = io.StringIO()
-        dis.dis(code, file=listing, depth=0)
-        why = "depyf is not installed" if isinstance(e, ImportError) else f"depyf failed: {e}"
-        return DecompiledCode(f"# bytecode listing ({why})\n{listing.getvalue()}", exact=False)
+        return _listing(code, "depyf is not installed" if isinstance(e, ImportError) else f"depyf failed: {e}")
     names = _const_names(code, first_graph)
     return DecompiledCode(_DEPYF_CONST.sub(lambda m: names.get(int(m.group(1)), m.group(0)), source).strip(), True)
 

@@ -533,17 +533,26 @@ def _remember(record: Any) -> None:
         _converted_codes.add(record.code)
 
 
+def _enable(profiler: Any) -> bool:
+    """From CPython 3.12 on a profiler holds sys.monitoring's profiler tool, which sys.getprofile()
+    does not show: enabling a second one (a verified call inside another) raises."""
+    try:
+        profiler.enable(subcalls=False, builtins=False)
+    except ValueError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def codes_run(into: Dict[int, types.CodeType]) -> Iterator[None]:
     """Collects the code objects of the frames run inside, by id (some codes hold unhashable
     constants), when no other profiler is set."""
-    if sys.getprofile() is not None:
-        yield
-        return
     import _lsprof
 
     profiler = _lsprof.Profiler()
-    profiler.enable(subcalls=False, builtins=False)
+    if sys.getprofile() is not None or not _enable(profiler):
+        yield
+        return
     try:
         yield
     finally:

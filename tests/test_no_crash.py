@@ -211,26 +211,32 @@ def test_no_crash(case):
 
 
 # ---------------------------------------------------------------- the check of assembled code
-def _resume_like_code(fn: types.FunctionType) -> types.CodeType:
-    """`fn`'s code entered at its LOAD_ATTR (inside a try block), assembled by the bytecode package with
-    its own stack analysis, which does not see the try block's handler from there."""
-    from bytecode import Bytecode, Instr, Label
-    target = Label()
-    body = []
-    for element in Bytecode.from_code(fn.__code__):
-        if isinstance(element, Instr) and element.name == "LOAD_ATTR":
-            body.append(target)
-        body.append(element)
-    entry = [Instr("RESUME", 0), Instr("LOAD_FAST", "s0"), Instr("LOAD_FAST", "s1"), Instr("JUMP_FORWARD", target)]
-    out = Bytecode(entry + body[1:])
-    out.argnames, out.argcount, out.name = ["t", "s0", "s1"], 3, fn.__name__
-    return out.to_code()
+def _exception_table_item(value: int, first: bool) -> bytes:
+    """One number of an exception-table entry: 6-bit groups, most significant first, bit 6 set on
+    every group but the last, bit 7 on an entry's first group (Python/assemble.c)."""
+    groups = [value & 63]
+    while value >= 64:
+        value >>= 6
+        groups.append(value & 63 | 64)
+    groups.reverse()
+    groups[0] |= 128 if first else 0
+    return bytes(groups)
+
+
+def _handler_depths_unset(fn: types.FunctionType) -> types.CodeType:
+    """`fn`'s code with every handler's kept stack depth left at the bytecode package's unset value,
+    32768 (what it wrote on 3.11 for a try block entered in its middle)."""
+    table = b"".join(
+        _exception_table_item(entry.start // 2, True) + _exception_table_item((entry.end - entry.start) // 2, False)
+        + _exception_table_item(entry.target // 2, False) + _exception_table_item(32768 << 1 | entry.lasti, False)
+        for entry in dis._parse_exception_table(fn.__code__))
+    return fn.__code__.replace(co_exceptiontable=table)
 
 
 @pytest.mark.skipif(REFERENCE, reason="minidynamo's own bytecode layer")
 def test_stack_depth_check_rejects_a_handler_depth_left_unset():
     from minidynamo import pyversion
-    code = _resume_like_code(missing_attribute_in_loop)
+    code = _handler_depths_unset(missing_attribute_in_loop)
     assert max(e.depth for e in dis._parse_exception_table(code)) == 32768
     assert pyversion.stack_depth_error(code) is not None
 
@@ -241,7 +247,7 @@ def test_assembled_code_popping_an_empty_stack_is_never_made():
     from minidynamo.exc import Unsupported
     with pytest.raises(Unsupported, match="stack depth -1"):
         assemble([Instr("RESUME", 0), Instr("POP_TOP"), Instr("LOAD_CONST", None), Instr("RETURN_VALUE")],
-                 like=_resume_like_code.__code__)
+                 like=_handler_depths_unset.__code__)
 
 
 @pytest.mark.skipif(REFERENCE, reason="minidynamo's own bytecode layer")

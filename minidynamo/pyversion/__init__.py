@@ -25,6 +25,7 @@ VersionHandlers = _module.VersionHandlers
 CALL_OPS = BYTECODE.call_ops
 TERMINATORS = BYTECODE.terminators
 NULL_BEFORE_CALLABLE = BYTECODE.null_before_callable
+DECOMPILED_BY_DEPYF = BYTECODE.decompiled_by_depyf
 
 # reading
 instruction_offsets = BYTECODE.instruction_offsets
@@ -35,6 +36,7 @@ immediate_call_nargs = BYTECODE.immediate_call_nargs
 call_start = BYTECODE.call_start
 is_conditional_jump = BYTECODE.is_conditional_jump
 is_with_cleanup = BYTECODE.is_with_cleanup
+closing_runs_code = BYTECODE.closing_runs_code
 break_pops = BYTECODE.breaking_pops
 locals_read = BYTECODE.locals_read
 locals_written = BYTECODE.locals_written

@@ -74,6 +74,7 @@ class BytecodeVersion:
     local_writes: Dict[str, Callable[[Any], Sequence[Any]]] = {"STORE_FAST": lambda arg: (arg,)}
     null_before_callable = True  # where a call wants the NULL beside a callable that is not a bound method
     generator_entry_depth = 0  # the stack depth a generator's code starts at (RETURN_GENERATOR pushes)
+    decompiled_by_depyf = True  # explain shows depyf's source for this bytecode, a `dis` listing otherwise
 
     # ---- reading instructions ----
 
@@ -112,6 +113,17 @@ class BytecodeVersion:
     def is_with_cleanup(self, instrs: Sequence[Instr], index: int) -> bool:
         """Whether the handler at `index` is the exception cleanup of a `with` block."""
         return instrs[index].name == "PUSH_EXC_INFO" and instrs[index + 1].name == "WITH_EXCEPT_START"
+
+    def closing_runs_code(self, instrs: Sequence[Instr], handlers: Sequence[Optional[int]], index: int) -> bool:
+        """Whether closing a generator suspended at `index` runs code of its frame: a handler covers it
+        that the compiler did not add for itself. From 3.12 on it wraps a generator's body in one that
+        turns StopIteration into RuntimeError and a `yield from` in CLEANUP_THROW; both pass
+        GeneratorExit on."""
+        handler = handlers[index]
+        while handler is not None and (instrs[handler].name == "CLEANUP_THROW"
+                                       or getattr(instrs[handler].arg, "name", None) == "INTRINSIC_STOPITERATION_ERROR"):
+            handler = handlers[handler]
+        return handler is not None
 
     def breaking_pops(self, instr: Instr) -> Optional[int]:
         """How many stack values `instr` consumes, when a graph break can run it in generated code."""

@@ -60,6 +60,7 @@ class Bytecode313(base.BytecodeVersion):
     }
     local_writes = {**base.BytecodeVersion.local_writes, "STORE_FAST_STORE_FAST": tuple, "STORE_FAST_LOAD_FAST": _first}
     null_before_callable = False
+    decompiled_by_depyf = False  # depyf 0.20 reads `dis` output, whose jump targets are labels from 3.13 on
     # two instructions in one, each with its own local (the bytecode package takes no cell in them)
     superinstructions = {"LOAD_FAST_LOAD_FAST": ("LOAD_FAST", "LOAD_FAST"),
                          "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),

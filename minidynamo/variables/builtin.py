@@ -550,9 +550,10 @@ def _callers_object(value: VariableTracker) -> bool:
 
 def _ids_stay_in_trace(tx) -> bool:
     """Whether ids taken in this frame meet only other ids taken in the trace: copy.deepcopy's, keys
-    of a memo made while tracing (a memo passed in may hold the caller's ids)."""
+    of a memo made while tracing (a memo passed in may hold the caller's ids). From 3.12 on deepcopy
+    takes the id before it makes the memo, while `memo` is still None."""
     memo = tx.symbolic_locals.get("memo") if tx.f_globals is copy.__dict__ else None
-    return isinstance(memo, ConstDictVariable) and memo.source is None
+    return (isinstance(memo, ConstDictVariable) and memo.source is None) or (memo is not None and is_none(memo))
 
 
 def _text_of(tx, obj: VariableTracker, name: str, *args: VariableTracker):

@@ -8,6 +8,7 @@ import operator
 import types
 from typing import Any, Callable, Dict, List, Optional
 
+from .. import pyversion
 from ..exc import TracedException, unimplemented, unimplemented_frame
 from .base import BoundMethodCall, VariableTracker
 from .constant import ConstantVariable, is_none
@@ -515,8 +516,9 @@ class GeneratorVariable(IteratorVariable):
     def closes_observably(self) -> bool:
         """Whether closing it, as Python does when it is dropped, would run code of its frame: it
         stopped at a yield inside a try or with block."""
-        tracer = self.tracer
-        return self.state == "suspended" and tracer.instructions.handlers[tracer.current_index] is not None
+        instructions = self.tracer.instructions
+        return self.state == "suspended" and pyversion.closing_runs_code(instructions.instrs, instructions.handlers,
+                                                                         self.tracer.current_index)
 
     def reconstruct(self, codegen) -> None:
         if self.state != "created":
