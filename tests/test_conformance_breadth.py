@@ -148,6 +148,14 @@ def union_types_from_constants(x):
 
 
 @case()
+def union_and_alias_members_read(x):
+    import typing
+    optional_int = int | None
+    return x + len(typing.get_args(optional_int)) + (typing.get_origin(list[int]) is list) + \
+        (optional_int.__args__[1] is type(None))
+
+
+@case()
 def torchscript_annotations_are_no_ops(x):
     items = torch.jit.annotate(list, [])
     items.append(torch.jit.annotate(torch.Tensor, x * 2))

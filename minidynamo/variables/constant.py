@@ -56,6 +56,8 @@ class ConstantVariable(VariableTracker):
         if isinstance(self.value, PURE_METHOD_TYPES + _OPAQUE) and not name.startswith("__"):
             value = getattr(self.value, name)
             return tx.wrap(value) if isinstance(value, types.BuiltinMethodType) else tx.wrap_constant(value)
+        if isinstance(self.value, (types.UnionType, types.GenericAlias)) and name in ("__args__", "__origin__"):
+            return tx.wrap(getattr(self.value, name))  # classes, fixed: the alias is guarded by equality
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
