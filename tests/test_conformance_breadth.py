@@ -5,22 +5,11 @@ import types
 import pytest
 import torch
 
-from translator_harness import (Args, CompileCounter, assert_equal, assert_same, fresh_dynamo, optimize,  # noqa: F401
-                                rand, reference_only_skip)
+from translator_harness import (Args, CompileCounter, ConformanceCases, assert_equal, assert_same,  # noqa: F401
+                                fresh_dynamo, optimize, rand)
 
-CASES = {}
-
-
-def case(*input_sets, graphs=1, torch_breaks=None):
-    """Register `fn` with its input sets (default: one tensor) and the graph count to assert;
-    `torch_breaks`: what torch._dynamo 2.13 cannot trace in it (skipped in reference mode)."""
-    def register(fn):
-        assert fn.__name__ not in CASES, fn.__name__
-        marks = [reference_only_skip(torch_breaks)] if torch_breaks else []
-        CASES[fn.__name__] = pytest.param(fn, input_sets or (rand(3),), graphs, marks=marks, id=fn.__name__)
-        return fn
-
-    return register
+CASES = ConformanceCases()
+case = CASES.case
 
 
 # =============================================================================================
@@ -406,6 +395,6 @@ def test_decorated_function_made_in_the_frame_escapes(mode_factory):
         assert got_fn(x).requires_grad == want_fn(x).requires_grad
 
 
-@pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])
+@pytest.mark.parametrize("fn,input_sets,graphs", CASES.params())
 def test_conformance(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)

@@ -8,21 +8,10 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_map_only, tree_unflatten
 
-from translator_harness import Args, assert_same, fresh_dynamo, rand, reference_only_skip  # noqa: F401
+from translator_harness import Args, ConformanceCases, assert_same, fresh_dynamo, rand  # noqa: F401
 
-CASES = {}
-
-
-def case(*input_sets, graphs=1, torch_breaks=None):
-    """Register `fn` with its input sets (default: one tensor) and the graph count to assert;
-    `torch_breaks`: what torch._dynamo 2.13 cannot trace in it (skipped in reference mode)."""
-    def register(fn):
-        assert fn.__name__ not in CASES, fn.__name__
-        marks = [reference_only_skip(torch_breaks)] if torch_breaks else []
-        CASES[fn.__name__] = pytest.param(fn, input_sets or (rand(3),), graphs, marks=marks, id=fn.__name__)
-        return fn
-
-    return register
+CASES = ConformanceCases()
+case = CASES.case
 
 
 # =============================================================================================
@@ -254,6 +243,6 @@ def call_enable_grad_decorated_helper_under_no_grad(x):
     return y, y.requires_grad
 
 
-@pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])
+@pytest.mark.parametrize("fn,input_sets,graphs", CASES.params())
 def test_conformance(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)

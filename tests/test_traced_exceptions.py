@@ -8,21 +8,10 @@ import pytest
 import torch
 
 from break_harness import Cases
-from translator_harness import REFERENCE, assert_same, fresh_dynamo, rand, reference_only_skip  # noqa: F401
+from translator_harness import REFERENCE, ConformanceCases, assert_same, fresh_dynamo, rand  # noqa: F401
 
-CASES = {}
-
-
-def case(*input_sets, graphs=1, torch_breaks=None):
-    """Register `fn` with its input sets (default: one tensor) and the graph count to assert;
-    `torch_breaks`: what torch._dynamo 2.13 cannot trace in it (skipped in reference mode)."""
-    def register(fn):
-        assert fn.__name__ not in CASES, fn.__name__
-        marks = [reference_only_skip(torch_breaks)] if torch_breaks else []
-        CASES[fn.__name__] = pytest.param(fn, input_sets or (rand(3),), graphs, marks=marks, id=fn.__name__)
-        return fn
-
-    return register
+CASES = ConformanceCases()
+case = CASES.case
 
 
 class MyError(ValueError):
@@ -514,7 +503,7 @@ def no_grad_block_exception(x):
     return y, torch.is_grad_enabled()
 
 
-@pytest.mark.parametrize("fn,input_sets,graphs", [CASES[name] for name in sorted(CASES)])
+@pytest.mark.parametrize("fn,input_sets,graphs", CASES.params())
 def test_traced_exception(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)
 

@@ -114,6 +114,26 @@ def reference_only_skip(reason: str):
 minidynamo_only = pytest.mark.skipif(REFERENCE, reason="checks minidynamo internals")
 
 
+class ConformanceCases:
+    """One small function per concept, each registered (`@CASES.case(...)`) with its input sets
+    (default: one tensor of 3), the graph count to assert, and what torch._dynamo 2.13 cannot trace
+    in it (`torch_breaks`: skipped in reference mode); `params()` for pytest.mark.parametrize."""
+
+    def __init__(self) -> None:
+        self.cases: dict = {}
+
+    def case(self, *input_sets, graphs: int = 1, torch_breaks: Optional[str] = None) -> Callable:
+        def register(fn: Callable) -> Callable:
+            assert fn.__name__ not in self.cases, fn.__name__
+            marks = [reference_only_skip(torch_breaks)] if torch_breaks else []
+            self.cases[fn.__name__] = pytest.param(fn, input_sets or (rand(3),), graphs, marks=marks, id=fn.__name__)
+            return fn
+        return register
+
+    def params(self) -> list:
+        return [self.cases[name] for name in sorted(self.cases)]
+
+
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     """Autouse (import it into each test module): every test starts and ends with empty caches."""
