@@ -328,6 +328,9 @@ class TritonRenderer(KernelRenderer):
             return f"_{n[:3]}_nan({a[0]}, {a[1]})"
         if n == "floordiv" and src.is_floating_point:
             return f"_floordiv_float({a[0]}, {a[1]})"
+        if n == "bitnot" and src != torch.bool and not src.is_signed:
+            # Triton's interpreter builds ~x from a -1 of x's dtype, which NumPy 2.5 refuses if unsigned
+            return f"({a[0]} ^ {self.const_code(torch.iinfo(src).max, src)})"
         if n == "isinf":
             return f"(tl.abs({a[0]}) == {self.const_code(math.inf, src)})"
         one = self.const_code(1, e.dtype) if e.dtype.is_floating_point else ""
