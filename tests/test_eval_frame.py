@@ -4,6 +4,7 @@ import sys
 import threading
 import warnings
 
+import bytecode
 import pytest
 
 import minidynamo
@@ -33,8 +34,12 @@ class Recorder:
 
 def with_const(fn, old, new):
     """fn's code with one constant replaced: a transformed code with the same layout."""
-    code = fn.__code__
-    return code.replace(co_consts=tuple(new if c == old else c for c in code.co_consts))
+    code = bytecode.Bytecode.from_code(fn.__code__)
+    for i, ins in enumerate(code):
+        # 3.14 loads 0..255 with LOAD_SMALL_INT, which has no entry in co_consts
+        if isinstance(ins, bytecode.Instr) and ins.name in ("LOAD_CONST", "LOAD_SMALL_INT") and ins.arg == old:
+            code[i] = bytecode.Instr("LOAD_CONST", new, lineno=ins.lineno)
+    return code.to_code()
 
 
 def add_one(x):

@@ -59,7 +59,8 @@ class _Pooled:
         st = self.storage
         # References: the slot, `st` and getrefcount's argument. A caller's `t.untyped_storage()`
         # is this same Python object (one per storage), so it shows in the refcount, not the use count.
-        if st is None or _use_count(st._cdata) != 1 or _refcount(st) != 3:
+        # The argument is loaded from the slot: 3.14 passes a local like `st` borrowed, uncounted.
+        if st is None or _use_count(st._cdata) != 1 or _refcount(self.storage) != 3:
             st = self.storage = _huge_storage(self.nbytes)
         return torch.empty(0, dtype=self.dtype).set_(st, 0, self.size, self.stride)
 
