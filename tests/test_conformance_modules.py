@@ -1741,6 +1741,138 @@ def named_parameters_prefix_not_recursive(x):
 
 
 # ---------------------------------------------------------------------------------------------
+# attributes a module lacks (Module.__getattr__'s AttributeError, raised and caught in the trace),
+# through a __getattr__ of the class's own (diffusers' ModelMixin reads its config this way), and
+# tree walks over entries that `module.name` would not reach
+# ---------------------------------------------------------------------------------------------
+class ConfigGetattr(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_in = nn.Linear(4, 4)
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self._internal_dict = {"scale": 2.0}
+
+    def __getattr__(self, name):
+        in_config = "_internal_dict" in self.__dict__ and name in self.__dict__["_internal_dict"]
+        if in_config and name not in self.__dict__:
+            return self.__dict__["_internal_dict"][name]
+        return super().__getattr__(name)
+
+
+class ShadowedChild(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    fc = property(lambda self: self._modules["head"])  # `m.fc` is not the `fc` entry of _modules
+
+
+CONFIG_GETATTR = _seeded(ConfigGetattr)
+SHADOWED_CHILD = _seeded(ShadowedChild)
+
+
+@case()
+def hasattr_missing_through_own_getattr(x):
+    return x * 2 if hasattr(CONFIG_GETATTR, "_hf_hook") else x - 1
+
+
+@case()
+def hasattr_config_entry_through_own_getattr(x):
+    return x * CONFIG_GETATTR.scale if hasattr(CONFIG_GETATTR, "scale") else x - 1
+
+
+@case()
+def hasattr_submodule_through_own_getattr(x):
+    return CONFIG_GETATTR.conv_in(x) if hasattr(CONFIG_GETATTR, "conv_in") else x
+
+
+@case()
+def getattr_default_through_own_getattr(x):
+    hook = getattr(CONFIG_GETATTR, "_diffusers_hook", None)
+    return x + 1 if hook is None else x
+
+
+@case()
+def missing_attribute_caught(x):
+    try:
+        return NET.not_an_attribute(x)
+    except AttributeError as e:
+        return x + len(str(e))
+
+
+@case()
+def missing_attribute_through_own_getattr_caught(x):
+    try:
+        CONFIG_GETATTR.not_an_attribute
+    except AttributeError:
+        return x * 3
+    return x
+
+
+@case()
+def hasattr_missing_on_plain_module(x):
+    return x * 2 if hasattr(NET, "not_an_attribute") else x + 2
+
+
+@case()
+def named_modules_through_own_getattr(x):
+    names = [name for name, _ in CONFIG_GETATTR.named_modules()]
+    return x * len(names), names
+
+
+@case()
+def parameters_through_own_getattr(x):
+    return x + sum(p.sum() for p in CONFIG_GETATTR.parameters())
+
+
+@case()
+def dtype_walk_through_own_getattr(x):
+    for _, sub in CONFIG_GETATTR.named_modules():
+        if not hasattr(sub, "_hook"):
+            for p in sub.parameters(recurse=False):
+                return x.to(p.dtype) * 2
+    return x
+
+
+@case()
+def children_past_a_shadowing_property(x):
+    return x * 2, [name for name, _ in SHADOWED_CHILD.named_children()]
+
+
+@case()
+def parameters_past_a_shadowing_property(x):
+    return x + sum(p.sum() for p in SHADOWED_CHILD.parameters()), SHADOWED_CHILD.fc(x)
+
+
+def test_hasattr_through_own_getattr_sees_what_changes_later():
+    m = _seeded(ConfigGetattr)
+
+    def fn(x):
+        return x * 2 if hasattr(m, "hook") else x - 1
+
+    compiled = optimize(CompileCounter())(fn)
+    x = rand(2, 4)
+    for change in [lambda: None, lambda: setattr(m, "hook", 1), lambda: delattr(m, "hook"),
+                   lambda: m._internal_dict.update(hook=0), lambda: m._internal_dict.clear(),
+                   lambda: m.register_buffer("hook", torch.ones(1)), lambda: delattr(m, "hook"),
+                   lambda: m.add_module("hook", nn.ReLU())]:
+        change()
+        assert_equal(compiled(x), fn(x))
+
+
+def test_missing_module_attribute_raises_what_eager_raises():
+    def read(x):
+        return CONFIG_GETATTR.not_an_attribute + x
+
+    with pytest.raises(AttributeError) as expected:
+        read(rand(2, 4))
+    with pytest.raises(AttributeError) as got:
+        optimize(CompileCounter())(read)(rand(2, 4))
+    assert str(got.value) == str(expected.value)
+
+
+# ---------------------------------------------------------------------------------------------
 # the table of functions above
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -11,7 +11,7 @@ from torch.nn.modules import module as module_impl
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from .. import config
-from ..exc import unimplemented
+from ..exc import TracedException, no_attribute, unimplemented
 from ..guards import Guard, GuardKind
 from ..module_lookup import MISSING, MODULE_TABLES, class_attribute, is_data_descriptor, module_attribute_home
 from ..source import AttrSource, GetItemSource
@@ -167,7 +167,7 @@ class NNModuleVariable(VariableTracker):
                 return self._table_entry(tx, table, name)
         for table in MODULE_TABLES:
             self._guard_absent(tx, table, name)
-        unimplemented(f"{type(self.module).__name__} has no attribute '{name}'")
+        no_attribute(type(self.module), name)  # Module.__getattr__'s AttributeError, raised in the trace
 
     def _call_own_method(self, tx, name: str, args: List[VariableTracker]) -> VariableTracker:
         """The class's own `__getattr__` / `__setattr__`, inlined (a call of Module's version in it
@@ -198,7 +198,13 @@ class NNModuleVariable(VariableTracker):
         if present:
             return True
         if class_attribute(type(module), "__getattr__") is not torch.nn.Module.__getattr__:
-            unimplemented(f"hasattr on a {type(module).__name__} with a __getattr__ of its own")
+            try:
+                self._call_own_method(tx, "__getattr__", [ConstantVariable(name)])
+            except TracedException as error:
+                if not issubclass(error.exc_type, AttributeError):
+                    raise
+                return False
+            return True
         for table in MODULE_TABLES:
             present = name in getattr(module, table)
             self._guard(tx, table, GuardKind.DICT_CONTAINS, (name, present))
@@ -427,8 +433,10 @@ class NNModuleVariable(VariableTracker):
         return list(unique.values())
 
     def _entry_of(self, tx, table: str, name: str) -> VariableTracker:
-        if module_attribute_home(self.module, name) != table:
-            unimplemented(f"{type(self.module).__name__}.{name} is shadowed by another attribute")
+        """`getattr(module, table)[name]`, as torch's tree walks read it (the table's keys are guarded)."""
+        if module_attribute_home(self.module, name) != table:  # `module.name` is something else
+            value = getattr(self.module, table)[name]
+            return self._child(tx, value, self.source and GetItemSource(AttrSource(self.source, table), name))
         self._guard_absent(tx, "__dict__", name)
         return self._table_entry(tx, table, name)
 
