@@ -1,4 +1,4 @@
-"""Real models beyond transformers: diffusers' UNets and VAE, small random-init configs, offline.
+"""Libraries beyond transformers, diffusers: UNets, the VAE and a DiT, small random-init configs, offline.
 
 Each is compared with eager in eval and with gradients, compiles to one graph (as with torch._dynamo,
 `MINIDYNAMO_TEST_REFERENCE=torch`), and its repeated calls compile nothing. ModelMixin reads its
@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import diffusers  # noqa: E402
+diffusers = pytest.importorskip("diffusers")
 
 from translator_harness import REFERENCE, CompileCounter, explain, fresh_dynamo, optimize  # noqa: E402,F401
 
@@ -35,16 +35,24 @@ def _vae():
         up_block_types=("UpDecoderBlock2D",) * 2, norm_num_groups=8, latent_channels=4)
 
 
+def _dit():
+    return diffusers.DiTTransformer2DModel(
+        num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=8, num_layers=2,
+        sample_size=8, patch_size=2, num_embeds_ada_norm=10, norm_num_groups=8)
+
+
 def _inputs(name):
     g = torch.Generator().manual_seed(1)
     if name == "unet2d":
         return (torch.randn(2, 3, 16, 16, generator=g), torch.tensor([3, 7]))
     if name == "unet2d_condition":
         return (torch.randn(2, 4, 8, 8, generator=g), torch.tensor(5), torch.randn(2, 6, 32, generator=g))
+    if name == "dit":
+        return (torch.randn(2, 4, 8, 8, generator=g), torch.tensor([3, 7]), torch.tensor([1, 4]))
     return (torch.randn(2, 3, 16, 16, generator=g),)
 
 
-MODELS = {"unet2d": _unet2d, "unet2d_condition": _unet2d_condition, "vae": _vae}
+MODELS = {"unet2d": _unet2d, "unet2d_condition": _unet2d_condition, "vae": _vae, "dit": _dit}
 
 
 def _model(name, train):
