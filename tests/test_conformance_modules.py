@@ -1741,6 +1741,41 @@ def named_parameters_prefix_not_recursive(x):
 
 
 # ---------------------------------------------------------------------------------------------
+# ModuleDict's keys(), values() and items(): views of its _modules (peft's LoRA layers ask
+# `adapter in self.lora_A.keys()` on every call)
+# ---------------------------------------------------------------------------------------------
+@case()
+def moduledict_key_in_keys(x):
+    keys = MD.keys()
+    return MD["a"](x) if "a" in keys and "z" not in keys else x
+
+
+@case()
+def moduledict_len_of_views(x):
+    return x * (len(MD.keys()) + len(MD.values()) + len(MD.items()))
+
+
+@case()
+def moduledict_loop_over_items_skipping(x):
+    names = MD.keys()
+    for name in ["c", "q", "a"]:
+        if name not in names:
+            continue
+        x = MD[name](x)
+    return x
+
+
+@case()
+def moduledict_items_unpacked(x):
+    return [name for name, _ in MD.items()], sum(m(x) for m in MD.values())
+
+
+@case()
+def moduledict_keys_as_list(x):
+    return x * 2, list(MD.keys()), sorted(MD.keys())
+
+
+# ---------------------------------------------------------------------------------------------
 # attributes a module lacks (Module.__getattr__'s AttributeError, raised and caught in the trace),
 # through a __getattr__ of the class's own (diffusers' ModelMixin reads its config this way), and
 # tree walks over entries that `module.name` would not reach

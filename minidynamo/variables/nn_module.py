@@ -17,7 +17,7 @@ from ..module_lookup import MISSING, MODULE_TABLES, class_attribute, is_data_des
 from ..source import AttrSource, GetItemSource
 from .base import VariableTracker
 from .constant import ConstantVariable, is_none
-from .dicts import ConstDictVariable
+from .dicts import ConstDictVariable, DictViewVariable
 from .functions import NestedUserFunctionVariable, UserFunctionVariable, UserMethodVariable
 from .lists import ListIteratorVariable, ListVariable, Rebuild, TupleVariable
 from .user_defined import UserDefinedClassVariable, iterate_object, lookup_class_attribute
@@ -407,14 +407,12 @@ class NNModuleVariable(VariableTracker):
         return super().call_method(tx, name, args, kwargs)
 
     def _dict_view(self, tx, name: str) -> VariableTracker:
+        """`module_dict.keys()` (values, items): a view of its `_modules`, as torch's is (`in`, len,
+        iteration); the submodules are read only for values and items."""
         self._guard_keys(tx, "_modules")
         keys = list(self.module._modules)
-        if name == "keys":
-            return ListIteratorVariable([ConstantVariable(k) for k in keys])
-        values = [self.getitem(tx, k) for k in keys]
-        if name == "values":
-            return ListIteratorVariable(values)
-        return ListIteratorVariable([TupleVariable([ConstantVariable(k), v]) for k, v in zip(keys, values)])
+        entries = {k: ConstantVariable(None) if name == "keys" else self.getitem(tx, k) for k in keys}
+        return DictViewVariable(ConstDictVariable(entries), name)
 
     # ---- the module tree (children, modules, parameters, buffers) ----
 
