@@ -1,5 +1,6 @@
 """Conformance on the long tail (issue 32): Python and torch API that torch._dynamo compiles whole, one
 small function per concept, compared with eager and with torch._dynamo (reference mode), in one graph."""
+import enum
 import types
 
 import pytest
@@ -336,6 +337,88 @@ class _OptionalParts(torch.nn.Module):
         if self.blocks:
             x = x + len(self.blocks)
         return x * 2 if not self.blocks else x
+
+
+# =============================================================================================
+# enums read the way libraries read them (torchmetrics' `Task.from_str` walks `__members__`,
+# MONAI's losses call `LossReduction(reduction).value`), and mapping proxies made in the frame
+# =============================================================================================
+class _Task(enum.Enum):
+    BINARY = "binary"
+    MULTICLASS = "multiclass"
+    TWO = "binary"  # an alias: in __members__, not in iteration
+
+
+class _Level(str, enum.Enum):
+    LOW = "low"
+    HIGH = "high"
+
+
+class _Flag(enum.IntFlag):
+    A = 1
+    B = 2
+
+
+@case()
+def enum_members_walked(x):
+    for key in _Task.__members__:
+        if key.lower() == "multiclass":
+            return x * len(_Task.__members__)
+    return x
+
+
+@case()
+def enum_members_item_value(x):
+    return x * len(_Task.__members__["TWO"].value) + len(list(_Task.__members__.items()))
+
+
+@case()
+def enum_class_iterated(x):
+    return x * len([m.value for m in _Task]) + len(list(_Level))
+
+
+@case()
+def enum_called_with_a_value(x):
+    task = _Task("multiclass")
+    return x * 2 if task == _Task.MULTICLASS and _Task("binary") is _Task.BINARY else x
+
+
+@case()
+def str_enum_called_and_compared(x):
+    level = _Level("high")
+    return x * 3 if level == "high" and level.value == "high" else x
+
+
+@case()
+def int_flag_called(x):
+    return x * int(_Flag(3)) if _Flag.A in _Flag(3) else x
+
+
+@case(torch_breaks="torch._dynamo 2.13 raises an internal error (the ValueError is not raised in the trace)")
+def enum_value_missing_raises_caught(x):
+    try:
+        _Task("ternary")
+    except ValueError:
+        return x + 1
+    return x
+
+
+@case()
+def mappingproxy_made_in_the_frame(x):
+    d = {"a": 1, "b": 2}
+    proxy = types.MappingProxyType(d)
+    d["c"] = 3  # the proxy is a view: it sees the change
+    return x * sum(proxy.values()) + len(proxy) + ("c" in proxy), sorted(proxy)
+
+
+@case(torch_breaks="torch._dynamo 2.13 writes through the proxy: a wrong result")
+def mappingproxy_refuses_writes(x):
+    proxy = types.MappingProxyType({"a": 1})
+    try:
+        proxy["a"] = 2
+    except TypeError:
+        return x + proxy["a"]
+    return x
 
 
 @pytest.mark.parametrize("with_norm", [True, False])

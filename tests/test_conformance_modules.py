@@ -1740,6 +1740,20 @@ def named_parameters_prefix_not_recursive(x):
     return x * 2, [name for name, _ in NET.named_parameters("net", False)]
 
 
+CONV_T1 = _seeded(lambda: nn.ConvTranspose1d(2, 2, 3, stride=2))
+CONV_T2 = _seeded(lambda: nn.ConvTranspose2d(2, 2, 3, stride=2))
+
+
+@case((rand(1, 2, 5),))
+def conv_transpose_1d_with_output_size(x):
+    return CONV_T1(x, output_size=[12])  # torch.nn.modules.utils._single, traced into
+
+
+@case((rand(1, 2, 4, 4),))
+def conv_transpose_2d_with_output_size(x):
+    return CONV_T2(x, output_size=(10, 10))
+
+
 # ---------------------------------------------------------------------------------------------
 # ModuleDict's keys(), values() and items(): views of its _modules (peft's LoRA layers ask
 # `adapter in self.lora_A.keys()` on every call)

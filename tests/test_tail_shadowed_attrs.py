@@ -3,6 +3,7 @@ or stand in front of a __getattr__, removed or restored between calls: the compi
 change (fuzz seed 50696), and its guards must not run the user's code (the cached_property's function,
 __getattr__) where eager does not."""
 import functools
+import sys
 
 import pytest
 import torch
@@ -61,6 +62,8 @@ def _cached_property_holder(value_kind):
     return make
 
 
+@pytest.mark.xfail(REFERENCE and sys.version_info >= (3, 13), strict=True,
+                   reason="torch._dynamo 2.13 on 3.13+ keeps using the popped cached_property's value")
 @pytest.mark.parametrize("value_kind", ["float", "tensor"])
 def test_cached_property_recomputed_after_its_entry_is_popped(value_kind):
     _twins(_cached_property_holder(value_kind), {2: _pop("cached"), 4: _pop("cached")})

@@ -52,7 +52,8 @@ _TRACKED_CONTAINERS = (list, dict, set, collections.OrderedDict, collections.def
 # Pure-Python torch classes whose construction and methods are traced like the user's own classes.
 _TRACED_TORCH_CLASSES = ("torch.distributions.", "torch.utils._pytree")
 # torch modules whose Python functions are traced into like the user's own (they call torch's ops).
-_TRACED_TORCH_FUNCTIONS = ("torch.optim.", "torch.utils._pytree", "torch.utils._foreach_utils", "torch.nn.utils.clip_grad")
+_TRACED_TORCH_FUNCTIONS = ("torch.optim.", "torch.utils._pytree", "torch.utils._foreach_utils", "torch.nn.utils.clip_grad",
+                           "torch.nn.modules.utils")
 
 # Trackers that keep no state of their own (what changes on their objects is in the side effects).
 _STATELESS_TRACKERS = frozenset((ConstantVariable, UserDefinedClassVariable, UserDefinedObjectVariable,
@@ -367,4 +368,6 @@ def wrap_constant_result(value: Any) -> VariableTracker:
         return SetVariable([], real=value)
     if type(value) is types.MappingProxyType:
         return ConstDictVariable({k: wrap_constant_result(v) for k, v in value.items()})
+    if isinstance(value, enum.Enum):  # a member: its identity is its meaning
+        return UserDefinedObjectVariable(value)
     unimplemented(f"a {type(value).__name__} computed from constants")

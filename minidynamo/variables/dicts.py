@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import operator
+import types
 from typing import Any, Callable, Dict, List, Optional
 
 from ..exc import Unsupported, python_error, unimplemented
@@ -308,6 +309,58 @@ class DictViewVariable(VariableTracker):
 
     def reconstruct(self, codegen) -> None:
         codegen.load_function(getattr(self.mapping.user_cls, self.kind))
+        codegen.reconstruct(self.mapping)
+        codegen.call(1)
+
+
+class MappingProxyVariable(VariableTracker):
+    """`types.MappingProxyType(d)` made while tracing (an Enum's `__members__` is one): a read-only
+    view of the dict tracker `d`, so it sees the dict's later changes, as the real proxy does."""
+
+    READS = frozenset({"get", "__getitem__", "__contains__", "__len__", "__iter__", "keys", "values", "items", "copy"})
+
+    def __init__(self, mapping: ConstDictVariable) -> None:
+        super().__init__()
+        self.mapping = mapping
+
+    def python_type(self) -> type:
+        return types.MappingProxyType
+
+    def describe(self) -> str:
+        return "mappingproxy"
+
+    def subvalues(self) -> List[VariableTracker]:
+        return [self.mapping]
+
+    def as_python_constant(self) -> Any:
+        return types.MappingProxyType(self.mapping.as_python_constant())
+
+    def truthy(self, tx) -> bool:
+        return bool(self.mapping.items)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return True
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        return self.mapping.unpack_var_sequence(tx)
+
+    def var_getattr(self, tx, name: str) -> VariableTracker:
+        if name in self.READS:
+            return DictMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name == "__iter__" and not args:
+            return iterate(tx, self)
+        if name in self.READS:
+            return self.mapping.call_method(tx, name, args, kwargs)
+        if name in ("__setitem__", "__delitem__"):
+            python_error(TypeError, f"'mappingproxy' object does not support item "
+                                    f"{'assignment' if name == '__setitem__' else 'deletion'}")
+        return super().call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, codegen) -> None:
+        codegen.load_function(types.MappingProxyType)
         codegen.reconstruct(self.mapping)
         codegen.call(1)
 

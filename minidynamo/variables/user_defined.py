@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from torch.distributions.utils import lazy_property
 
-from ..exc import TracedException, no_attribute, no_class_attribute, no_getter, unimplemented
+from ..exc import TracedException, no_attribute, no_class_attribute, no_getter, python_error, unimplemented
 from ..frame_hook import disabled
 from ..guards import Guard, GuardKind
 from ..module_lookup import MISSING, class_attribute, getattr_static, instance_dict_of, is_data_descriptor
@@ -20,9 +20,10 @@ from ..source import AttrSource, GetItemSource, MethodCallSource, Source
 from .base import VariableTracker
 from .constant import ConstantVariable
 from .deques import DequeVariable
-from .dicts import ConstDictVariable, DictClassMethod, DictMethodVariable, construct_mapping, mapping_type
+from .dicts import (ConstDictVariable, DictClassMethod, DictMethodVariable, MappingProxyVariable, construct_mapping,
+                    mapping_type)
 from .functions import PartialVariable, UserFunctionVariable, UserMethodVariable
-from .lists import IteratorVariable, ListVariable, TupleVariable
+from .lists import IteratorVariable, ListIteratorVariable, ListVariable, TupleVariable
 from .named_tuple import NamedTupleVariable
 
 
@@ -346,6 +347,10 @@ def _is_key_value(value: VariableTracker) -> bool:
     return value.is_python_constant() or isinstance(value.real_object(), type)
 
 
+# What EnumType calls for a value none of its members has, when the class keeps the standard one.
+_STDLIB_ENUM_MISSING = (enum.Enum._missing_.__func__, enum.Flag._missing_.__func__)
+
+
 class UserDefinedClassVariable(VariableTracker):
     def __init__(self, cls: type, source=None) -> None:
         super().__init__(source)
@@ -367,6 +372,9 @@ class UserDefinedClassVariable(VariableTracker):
         """`cls.name`, as CPython's type_getattro: a data descriptor of the metaclass (a property)
         first, then the class's MRO (a Python descriptor's __get__(None, cls) traced), then the
         metaclass's other attributes (its methods bound to the class)."""
+        if name == "__members__" and self._plain_enum(name):
+            members = {key: tx.wrap(member) for key, member in self.cls.__members__.items()}
+            return MappingProxyVariable(ConstDictVariable(members))
         meta = type(self.cls)
         meta_static = class_attribute(meta, name)
         meta_source = self.source and AttrSource(self.source, "__class__")
@@ -397,6 +405,39 @@ class UserDefinedClassVariable(VariableTracker):
             return DictClassMethod(self.cls, name)
         return tx.wrap(getattr(self.cls, name), self.source and AttrSource(self.source, name))
 
+    def _plain_enum(self, name: str) -> bool:
+        """An Enum class whose metaclass reads `name` as EnumType does. Its members are fixed when the
+        class is made (EnumType refuses to rebind them), so the class's identity stands for them."""
+        return isinstance(self.cls, enum.EnumMeta) and class_attribute(type(self.cls), name) is vars(enum.EnumMeta)[name]
+
+    def _enum_member_of(self, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]) -> Any:
+        """`SomeEnum(value)`: the member with that value (a Flag's combination made on demand), or
+        the ValueError EnumType raises, in the trace. A `_missing_` of the class's own is user code."""
+        if len(args) != 1 or kwargs or not args[0].is_python_constant():
+            unimplemented(f"calling the enum {self.cls.__qualname__} with other than one constant")
+        value = args[0].as_python_constant()
+        found = self.cls._value2member_map_.get(value) if isinstance(value, collections.abc.Hashable) else None
+        if found is not None:
+            return found
+        if getattr(self.cls._missing_, "__func__", None) not in _STDLIB_ENUM_MISSING:
+            unimplemented(f"{self.cls.__qualname__}._missing_ runs for a value not among its members")
+        try:
+            return self.cls(value)
+        except ValueError as error:
+            python_error(ValueError, *error.args)
+
+    def has_unpack_var_sequence(self, tx) -> bool:
+        return self._plain_enum("__iter__")
+
+    def unpack_var_sequence(self, tx) -> List[VariableTracker]:
+        """`list(SomeEnum)`: its members in definition order, aliases left out."""
+        if self._plain_enum("__iter__"):
+            return [tx.wrap(member) for member in self.cls]
+        return super().unpack_var_sequence(tx)
+
+    def python_iterator(self, tx) -> Optional[IteratorVariable]:
+        return ListIteratorVariable(self.unpack_var_sequence(tx)) if self._plain_enum("__iter__") else None
+
     def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
         if name == "__getitem__" and len(args) == 1 and not kwargs and hasattr(self.cls, "__class_getitem__"):
             # a generic alias (`list[int]`, `Callable[[T], Any]` in annotations): made from the real values
@@ -417,10 +458,14 @@ class UserDefinedClassVariable(VariableTracker):
             return NamedTupleVariable(values, self.cls)
         if mapping_type(self.cls) is not None:
             return construct_mapping(tx, self.cls, args, kwargs)
+        if self._plain_enum("__call__"):
+            return tx.wrap(self._enum_member_of(args, kwargs))
         if self.cls in (list, tuple, set, frozenset):  # `type(obj)(items)` on a builtin container
             return tx.wrap(self.cls).call_function(tx, args, kwargs)
         if self.cls is collections.deque:
             return DequeVariable.create(tx, args, kwargs)
+        if self.cls is types.MappingProxyType and len(args) == 1 and not kwargs and isinstance(args[0], ConstDictVariable):
+            return MappingProxyVariable(args[0])
         return NewObjectVariable.create(tx, self.cls, args, kwargs, self.source)
 
 
