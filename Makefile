@@ -30,7 +30,8 @@ setup: $(STAMP) $(EXT_STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q $(TORCH_PIN)
-	$(VPY) -m pip install -q numpy pytest pytest-xdist bytecode setuptools wheel transformers diffusers depyf matplotlib peft torchdiffeq scipy
+	$(VPY) -m pip install -q numpy pytest pytest-xdist bytecode setuptools wheel transformers diffusers depyf matplotlib peft torchdiffeq scipy einops \
+	    kornia monai torchmetrics torch_geometric gpytorch
 	$(VPY) -m pip install -q --no-deps "triton>=3.4"
 	touch $@
 
