@@ -15,8 +15,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
-from benchmarks import (bench_compile, bench_cppmodels, bench_ddp, bench_generate, bench_models, bench_overhead,
-                        bench_scaling, bench_train, bench_zoo, report)
+from benchmarks import (bench_compile, bench_cppmodels, bench_ddp, bench_generate, bench_libraries, bench_models,
+                        bench_overhead, bench_scaling, bench_train, bench_zoo, report)
 
 
 def kernels(quick: bool, threads: int) -> dict:
@@ -36,6 +36,7 @@ SECTIONS: Dict[str, Callable[[bool, int], object]] = {
     "train": lambda quick, threads: bench_train.run(quick),
     "cppmodels": lambda quick, threads: bench_cppmodels.run(quick, threads),
     "generate": lambda quick, threads: bench_generate.run(quick, threads),
+    "libraries": lambda quick, threads: bench_libraries.run(quick, threads),
 }
 
 

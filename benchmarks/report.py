@@ -187,6 +187,12 @@ def _generate(section: dict) -> List[str]:
     return generate_markdown(section) + [""]
 
 
+def _libraries(section: dict) -> List[str]:
+    from benchmarks.bench_libraries import markdown as libraries_markdown
+
+    return libraries_markdown(section) + [""]
+
+
 def _ddp(section: dict) -> List[str]:
     rows = [[r["system"], str(r["parts"] or "-"), str(r["equal"]), _num(r["lead_ms"]), _num(r["step_ms"]),
              _num(r["eager_step_ms"])] for r in section["rows"]]
@@ -207,7 +213,7 @@ def _train(section: dict) -> List[str]:
 SECTIONS: Dict[str, Callable[[dict], List[str]]] = {
     "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
     "zoo": _zoo, "ddp": _ddp, "train": _train, "cppmodels": _cppmodels,
-    "generate": _generate}
+    "generate": _generate, "libraries": _libraries}
 
 
 def markdown(results: dict) -> str:

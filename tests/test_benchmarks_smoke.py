@@ -156,3 +156,14 @@ def test_generate_section_checks_tokens_counts_compiles_and_renders(monkeypatch)
     assert "| issue 17: generate() recompiles, llama, cpp | 2 | aim: ≤ 3 | ✓ |" in text
     assert "| issue 17: generate() per call, llama, cpp / inductor | 0.833 | aim: ≤ 1 | ✓ |" in text
     assert "| issue 17: generate() per call, bart, cpp / inductor | not measured | aim: ≤ 1 | - |" in text
+
+
+def test_libraries_section_counts_graphs_of_both_and_renders_them():
+    pytest.importorskip("einops")
+    from benchmarks import bench_libraries, report
+
+    row = bench_libraries.measure("einops_layers", quick=True, timed=False)
+    assert (row["minidynamo"], row["torch"]) == ("1 / 0", "1 / 0")
+    text = "\n".join(report.SECTIONS["libraries"]({"rows": [row, {"case": "x", "library": "x", "error": "not installed"}],
+                                                   "threads": 1}))
+    assert "| einops_layers | 1 / 0 | 1 / 0 |" in text and "| x | not installed |" in text
