@@ -340,6 +340,25 @@ class _OptionalParts(torch.nn.Module):
 
 
 # =============================================================================================
+# torch's legacy tensor types (torch.FloatTensor...) in isinstance: a dtype on a device kind
+# =============================================================================================
+@case()
+def isinstance_legacy_float_tensor(x):
+    return x * 2 if isinstance(x, torch.FloatTensor) and not isinstance(x, torch.DoubleTensor) else x
+
+
+@case((rand(3), torch.arange(3)))
+def isinstance_legacy_types_in_a_tuple(x, n):
+    kinds = (torch.LongTensor, torch.IntTensor)
+    return x * isinstance(n, kinds) + isinstance(x, kinds) + isinstance(x, (int, torch.FloatTensor))
+
+
+@case((rand(3).double(),))
+def isinstance_legacy_double_tensor(x):
+    return x + 1 if isinstance(x * 2, torch.DoubleTensor) else x
+
+
+# =============================================================================================
 # enums read the way libraries read them (torchmetrics' `Task.from_str` walks `__members__`,
 # MONAI's losses call `LossReduction(reduction).value`), and mapping proxies made in the frame
 # =============================================================================================
@@ -481,3 +500,12 @@ def test_decorated_function_made_in_the_frame_escapes(mode_factory):
 @pytest.mark.parametrize("fn,input_sets,graphs", CASES.params())
 def test_conformance(fn, input_sets, graphs):
     assert_same(fn, *input_sets, graphs=graphs)
+
+
+def test_legacy_tensor_type_answer_follows_the_dtype():
+    def fn(x):
+        return x * 2 if isinstance(x, torch.FloatTensor) else x - 1
+
+    compiled = optimize(CompileCounter())(fn)
+    for x in (rand(3), rand(3).double(), rand(3), torch.arange(3)):
+        assert_equal(compiled(x), fn(x))

@@ -333,6 +333,11 @@ class BuiltinVariable(VariableTracker):
 
     def _call_isinstance(self, tx, obj: VariableTracker, classes: VariableTracker):
         cls_value = classes.as_python_constant()
+        legacy = [c for c in _flat_classes(cls_value) if type(c) is _LEGACY_TENSOR_TYPE]
+        if legacy and isinstance(obj, TensorVariable):  # its dtype, device and layout are guarded
+            if any(_legacy_type_matches(obj.example, c) for c in legacy):
+                return ConstantVariable(True)
+            cls_value = tuple(c for c in _flat_classes(cls_value) if type(c) is not _LEGACY_TENSOR_TYPE)
         if any(type(c).__instancecheck__ not in _TYPE_INSTANCECHECKS for c in _flat_classes(cls_value)):
             unimplemented("isinstance() with a class whose metaclass decides membership by the instance")
         python_type = obj.python_type()
@@ -684,6 +689,18 @@ def _identity_of(vt: VariableTracker):
 # registry and subclass hooks; Parameter's from the type its tensor guard checks).
 _TYPE_INSTANCECHECKS = (type.__instancecheck__, abc.ABCMeta.__instancecheck__,
                         type(torch.nn.Parameter).__instancecheck__)
+
+
+# torch.FloatTensor and the other legacy tensor types: their metaclass checks a tensor's dtype and device kind
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)
+
+
+def _legacy_type_matches(example: torch.Tensor, cls: Any) -> bool:
+    """`isinstance(t, cls)` for a legacy tensor type, as tensortype's check answers it: the same dtype,
+    on a CPU (or CUDA) device as the type says, dense or sparse as the type says."""
+    device = example.device.type
+    return (example.dtype == cls.dtype and device in ("cpu", "cuda") and (device == "cuda") == cls.is_cuda
+            and (example.layout == torch.sparse_coo) == cls.is_sparse)
 
 
 def _flat_classes(classes: Any) -> List[Any]:
