@@ -614,11 +614,16 @@ class InstructionTranslatorBase(PatternMatching, pyversion.VersionHandlers):
     def GET_YIELD_FROM_ITER(self, inst: Instr) -> None:
         self.push(iterate(self, self.pop()))
 
-    def yield_from_next(self, iterator: VariableTracker) -> Optional[VariableTracker]:
-        """The next item `yield from iterator` passes on, None when `iterator` is exhausted."""
+    def yield_from_next(self, iterator: VariableTracker, sent: VariableTracker) -> Optional[VariableTracker]:
+        """The next item `yield from iterator` passes on, given the value `sent` into this generator
+        (passed down to a generator, as its send()); None when `iterator` is exhausted."""
         if not self.is_generator:
             unimplemented("yield from outside an inlined generator")
-        return self.next_item(iterator)
+        if is_none(sent):
+            return self.next_item(iterator)
+        if not isinstance(iterator, GeneratorVariable):
+            unimplemented(f"sending a value on to {iterator.describe()} through yield from")
+        return iterator.next_item(self, sent)
 
     @staticmethod
     def yield_from_value(iterator: VariableTracker) -> VariableTracker:
@@ -889,10 +894,11 @@ class InliningInstructionTranslator(InstructionTranslatorBase):
             unimplemented(f"{code.co_name} did not return")
         return tracer.return_value
 
-    def resume_generator(self) -> Optional[VariableTracker]:
-        """Run this generator's frame on to its next yield: what it yields, None once it returned."""
+    def resume_generator(self, sent: Optional[VariableTracker] = None) -> Optional[VariableTracker]:
+        """Run this generator's frame on to its next yield, `sent` (None by default) being what the yield
+        it stopped at evaluates to: what it yields next, None once it returned."""
         if self.yielded is not None:
-            self.push(ConstantVariable(None))  # what the `yield` it stopped at evaluates to
+            self.push(sent or ConstantVariable(None))
         self.yielded = None
         self.run()
         return self.yielded

@@ -340,6 +340,92 @@ class _OptionalParts(torch.nn.Module):
 
 
 # =============================================================================================
+# generators driven by send(): the value sent is what the yield evaluates to
+# =============================================================================================
+def _running_total():
+    total = 0
+    while True:
+        sent = yield total
+        if sent is None:
+            return total
+        total = total + sent
+
+
+def _averager():
+    count, total = 0, 0
+    while count < 3:
+        total = total + (yield)
+        count += 1
+    return "done"
+
+
+def _delegating():
+    result = yield from _running_total()
+    yield result * 10
+
+
+@case()
+def generator_send_accumulates(x):
+    acc = _running_total()
+    next(acc)
+    acc.send(x)
+    return acc.send(x * 2)
+
+
+@case()
+def generator_send_none_first_is_next(x):
+    acc = _running_total()
+    first = acc.send(None)
+    return x + first + acc.send(3)
+
+
+@case()
+def generator_send_to_unstarted_raises(x):
+    acc = _running_total()
+    try:
+        acc.send(x)
+    except TypeError:
+        return x - 1
+    return x
+
+
+@case(torch_breaks="torch._dynamo 2.13: StopIteration.value of a traced generator (unsupported python_type)")
+def generator_send_until_it_returns(x):
+    avg = _averager()
+    next(avg)
+    avg.send(1)
+    avg.send(2)
+    try:
+        avg.send(3)
+    except StopIteration as stop:
+        return x * len(stop.value)
+    return x
+
+
+@case(torch_breaks="torch._dynamo 2.13: StopIteration.value of a traced generator (unsupported python_type)")
+def generator_send_after_it_returned(x):
+    acc = _running_total()
+    next(acc)
+    try:
+        acc.send(None)
+    except StopIteration as first:
+        try:
+            acc.send(None)
+        except StopIteration as second:
+            return x + first.value + (second.value is None)
+    return x
+
+
+@case(torch_breaks="torch._dynamo 2.13: 'Unreachable sub-generator code' for send through yield from")
+def generator_send_through_yield_from(x):
+    outer = _delegating()
+    next(outer)
+    outer.send(x)
+    outer.send(x)
+    return outer.send(None)
+
+
+# =============================================================================================
 # torch's legacy tensor types (torch.FloatTensor...) in isinstance: a dtype on a device kind
 # =============================================================================================
 @case()

@@ -167,8 +167,8 @@ class Iteration(base.Iteration):
             self.push(item)
 
     def SEND(self, inst: Instr) -> None:
-        self.pop()  # the value sent in: None, as send() is not traced
-        item = self.yield_from_next(self.stack[-1])
+        sent = self.pop()
+        item = self.yield_from_next(self.stack[-1], sent)
         if item is None:  # exhausted: the iterator is replaced by the value of `yield from`
             self.push(self.yield_from_value(self.pop()))
             self.jump(inst)

@@ -266,8 +266,8 @@ class Iteration(base.Iteration):
         self.pop()
 
     def SEND(self, inst: Instr) -> None:
-        self.pop()  # the value sent in: None, as send() is not traced
-        item = self.yield_from_next(self.stack[-1])
+        sent = self.pop()
+        item = self.yield_from_next(self.stack[-1], sent)
         if item is None:  # exhausted: the value of `yield from` goes on the iterator, END_SEND drops that
             self.push(self.yield_from_value(self.stack[-1]))
             self.jump(inst)

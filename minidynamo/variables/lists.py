@@ -9,7 +9,7 @@ import types
 from typing import Any, Callable, Dict, List, Optional
 
 from .. import pyversion
-from ..exc import TracedException, unimplemented, unimplemented_frame
+from ..exc import TracedException, python_error, unimplemented, unimplemented_frame
 from .base import BoundMethodCall, VariableTracker
 from .constant import ConstantVariable, is_none
 
@@ -495,14 +495,14 @@ class GeneratorVariable(IteratorVariable):
     def subvalues(self) -> List[VariableTracker]:
         return [self.fn, *self.args, *self.kwargs.values()]
 
-    def next_item(self, tx) -> Optional[VariableTracker]:
+    def next_item(self, tx, sent: Optional[VariableTracker] = None) -> Optional[VariableTracker]:
         if self.state == "done":
             return None
         if self.state == "running":
             unimplemented("a generator advancing itself (Python raises)")
         self.state = "running"
         try:
-            item = self.tracer.resume_generator()
+            item = self.tracer.resume_generator(sent)
         except TracedException as error:
             self.state = "done"  # an exception leaving a generator's frame finishes it
             if issubclass(error.exc_type, StopIteration):
@@ -512,6 +512,28 @@ class GeneratorVariable(IteratorVariable):
         if item is None:
             self.returned = self.tracer.return_value
         return item
+
+    def call_method(self, tx, name: str, args: List[VariableTracker], kwargs: Dict[str, VariableTracker]):
+        if name in ("send", "__next__") and len(args) == (name == "send") and not kwargs:
+            return self.send(tx, args[0] if args else ConstantVariable(None))
+        return super().call_method(tx, name, args, kwargs)
+
+    def send(self, tx, value: VariableTracker) -> VariableTracker:
+        """`gen.send(value)`: its frame goes on with `value` as what its yield evaluates to; once the
+        frame returns, StopIteration carries what it returned."""
+        if self.state == "created" and not is_none(value):
+            python_error(TypeError, "can't send non-None value to a just-started generator")
+        if self.state == "done":  # what it returned went with the first StopIteration
+            python_error(StopIteration)
+        item = self.next_item(tx, value)
+        if item is not None:
+            return item
+        returned = self.returned
+        if returned is None or is_none(returned):
+            python_error(StopIteration)
+        if not returned.is_python_constant():
+            unimplemented("a generator that returned a value other than a constant (StopIteration carries it)")
+        python_error(StopIteration, returned.as_python_constant())
 
     def closes_observably(self) -> bool:
         """Whether closing it, as Python does when it is dropped, would run code of its frame: it
