@@ -28,6 +28,7 @@ def kernels(quick: bool, threads: int) -> dict:
 SECTIONS: Dict[str, Callable[[bool, int], object]] = {
     "overhead": lambda quick, threads: bench_overhead.run(quick),
     "compile": lambda quick, threads: bench_compile.run(quick, threads),
+    "regions": lambda quick, threads: bench_compile.run_regions(quick, threads),
     "kernels": kernels,
     "models": lambda quick, threads: bench_models.run(quick),
     "scaling": lambda quick, threads: bench_scaling.run(quick),

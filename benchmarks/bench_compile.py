@@ -22,7 +22,7 @@ from benchmarks.report import aim_row, ratio
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ("pointwise", "mlp")
-MODELS = ("gpt2", "bert")
+MODELS = ("gpt2", "bert", "gpt2_24", "gpt2_block")
 
 
 def plan(quick: bool, cases: Tuple[str, ...]) -> List[Tuple[str, str, str]]:
@@ -130,7 +130,20 @@ def aims(rows: List[dict]) -> List[dict]:
     return out
 
 
-def run(quick: bool = False, threads: int = 1, cases: Tuple[str, ...] = SMALL + MODELS,
+def run_regions(quick: bool = False, threads: int = 1, repeats: Optional[int] = None) -> dict:
+    """Regional compilation: the first call of a 24-block GPT-2 compiled whole and by regions, and of
+    one of its blocks alone, with the eager and cpp backends (cold caches)."""
+    backends = ("eager",) if quick else ("eager", "cpp")
+    steps = [(case, f"minidynamo {b}{suffix}", "cold") for b in backends
+             for case, suffix in (("gpt2_block", ""), ("gpt2_24", ""), ("gpt2_24", " regions"))]
+    rows = measure(steps, repeats or (1 if quick else 3), threads)
+    aims = [aim_row(f"regions: first call of 24 GPT-2 blocks by regions / one block alone, {b}",
+                    ratio(_lookup(rows, "gpt2_24", f"minidynamo {b} regions"), _lookup(rows, "gpt2_block", f"minidynamo {b}")),
+                    2.0) for b in backends]
+    return {"rows": rows, "aims": aims}
+
+
+def run(quick: bool = False, threads: int = 1, cases: Tuple[str, ...] = SMALL + MODELS[:2],
         repeats: Optional[int] = None) -> dict:
     if quick:
         cases = tuple(c for c in cases if c != "mlp" and c != "bert")

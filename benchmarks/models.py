@@ -78,6 +78,19 @@ def tiny_gpt2() -> nn.Module:
     return GPT2LMHeadModel(cfg)
 
 
+def gpt2_layers(layers: int) -> nn.Module:
+    """The tiny GPT-2 with `layers` blocks and no KV cache (with one, each block writes its own layer
+    of the cache: a graph per block), regional compilation's case."""
+    if not HAVE_TRANSFORMERS:
+        raise RuntimeError("the regional-compilation cases need transformers")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=layers, n_head=HEADS, n_embd=HIDDEN, vocab_size=VOCAB, n_positions=SEQ,
+                     bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     use_cache=False)
+    return GPT2LMHeadModel(cfg)
+
+
 def tiny_bert() -> nn.Module:
     if not HAVE_TRANSFORMERS:
         return _TinyTransformer(causal=False)
@@ -104,10 +117,16 @@ def _images() -> List[torch.Tensor]:
     return [torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(0))]
 
 
+def _hidden() -> List[torch.Tensor]:
+    return [torch.randn(1, SEQ, HIDDEN, generator=torch.Generator().manual_seed(0))]
+
+
 MODELS: Dict[str, Tuple[Callable[[], nn.Module], Callable[[], List[torch.Tensor]]]] = {
     "gpt2": (tiny_gpt2, _token_ids),
     "bert": (tiny_bert, _token_ids),
     "cnn": (small_cnn, _images),
+    "gpt2_24": (lambda: gpt2_layers(24), _token_ids),
+    "gpt2_block": (lambda: gpt2_layers(1).transformer.h[0], _hidden),
 }
 
 
@@ -143,12 +162,15 @@ def check_close(got: object, expected: object) -> float:
 
 
 def compile_with(system: str, fn: Callable) -> Callable:
-    """`fn` (function or module) as `system` runs it: "eager", "minidynamo <backend>" or "torch <backend>"."""
+    """`fn` (function or module) as `system` runs it: "eager", "minidynamo <backend>" (with " regions":
+    its repeated blocks compiled in place) or "torch <backend>"."""
     import minidynamo
 
     if system == "eager":
         return fn
     owner, backend = system.split(" ", 1)
+    if owner == "minidynamo" and backend.endswith(" regions"):
+        return minidynamo.compile(fn, backend=backend[:-len(" regions")], regions="auto")
     if owner == "minidynamo":
         return minidynamo.optimize(backend)(fn)
     return torch.compile(fn, backend=backend, dynamic=False)

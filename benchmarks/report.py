@@ -211,7 +211,7 @@ def _train(section: dict) -> List[str]:
 
 
 SECTIONS: Dict[str, Callable[[dict], List[str]]] = {
-    "overhead": _overhead, "compile": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
+    "overhead": _overhead, "compile": _compile, "regions": _compile, "kernels": _kernels, "models": _models, "scaling": _scaling,
     "zoo": _zoo, "ddp": _ddp, "train": _train, "cppmodels": _cppmodels,
     "generate": _generate, "libraries": _libraries}
 

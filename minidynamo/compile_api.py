@@ -10,6 +10,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Mapping, Opti
 import torch
 
 from . import eval_frame
+from .regions import compile_blocks_in_place
 from .backends import lookup_backend
 
 _ORIG_PREFIX = "_orig_mod."
@@ -219,6 +220,7 @@ def compile(
     dynamic: Optional[bool] = None,
     mode: Optional[str] = None,
     options: Optional[Dict[str, Any]] = None,
+    regions: Optional[str] = None,
 ) -> Any:
     """Compile a function or an nn.Module, like `torch.compile`.
 
@@ -228,14 +230,28 @@ def compile(
     `optimize` when it supports it. `mode` ("default", "reduce-overhead", "max-autotune",
     "max-autotune-no-cudagraphs") stands for the options torch.compile gives it; options (from `mode`
     or `options`, not both) go to backends that take an `options` keyword.
+
+    `regions="auto"` compiles only the model's repeated blocks (the layers in its ModuleLists and
+    Sequentials), in place, and returns the model itself; the rest runs eagerly. Blocks of one class
+    share their compiled code: the first call costs about one block's compile. A model without
+    repeated blocks is compiled whole.
     """
     compiler_fn = lookup_backend(backend)
     options = _backend_options(mode, options, compiler_fn)
+    if regions not in (None, "auto"):
+        raise ValueError(f"regions must be None or 'auto', got {regions!r}")
     if model is None:
-        return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic, options=options)
+        return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic, options=options,
+                                 regions=regions)
     if not callable(model):
         raise TypeError(f"compile() expects a function or an nn.Module, got {type(model).__name__}")
     if options and _accepts_keyword(compiler_fn, "options"):
         compiler_fn = _with_options(compiler_fn, options)
     kwargs = {"dynamic": dynamic} if dynamic is not None and _accepts_keyword(eval_frame.optimize, "dynamic") else {}
-    return eval_frame.optimize(compiler_fn, nopython=fullgraph, **kwargs)(model)
+    context = eval_frame.optimize(compiler_fn, nopython=fullgraph, **kwargs)
+    if regions == "auto":
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"regions='auto' compiles the repeated blocks of an nn.Module, got {type(model).__name__}")
+        if compile_blocks_in_place(model, context):
+            return model
+    return context(model)
