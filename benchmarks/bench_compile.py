@@ -132,10 +132,12 @@ def aims(rows: List[dict]) -> List[dict]:
 
 def run_regions(quick: bool = False, threads: int = 1, repeats: Optional[int] = None) -> dict:
     """Regional compilation: the first call of a 24-block GPT-2 compiled whole and by regions, and of
-    one of its blocks alone, with the eager and cpp backends (cold caches)."""
+    one of its blocks alone, with the eager and cpp backends (cold caches); beside it torch's recipe
+    (`block.compile()` on each block) with its eager backend and inductor."""
     backends = ("eager",) if quick else ("eager", "cpp")
     steps = [(case, f"minidynamo {b}{suffix}", "cold") for b in backends
              for case, suffix in (("gpt2_block", ""), ("gpt2_24", ""), ("gpt2_24", " regions"))]
+    steps += [("gpt2_24", f"torch {b} regions", "cold") for b in (("eager",) if quick else ("eager", "inductor"))]
     rows = measure(steps, repeats or (1 if quick else 3), threads)
     aims = [aim_row(f"regions: first call of 24 GPT-2 blocks by regions / one block alone, {b}",
                     ratio(_lookup(rows, "gpt2_24", f"minidynamo {b} regions"), _lookup(rows, "gpt2_block", f"minidynamo {b}")),

@@ -162,8 +162,9 @@ def check_close(got: object, expected: object) -> float:
 
 
 def compile_with(system: str, fn: Callable) -> Callable:
-    """`fn` (function or module) as `system` runs it: "eager", "minidynamo <backend>" (with " regions":
-    its repeated blocks compiled in place) or "torch <backend>"."""
+    """`fn` (function or module) as `system` runs it: "eager", "minidynamo <backend>" or "torch <backend>"
+    (with " regions": its repeated blocks compiled in place, by `regions="auto"` or by torch's
+    `block.compile()` recipe)."""
     import minidynamo
 
     if system == "eager":
@@ -173,6 +174,12 @@ def compile_with(system: str, fn: Callable) -> Callable:
         return minidynamo.compile(fn, backend=backend[:-len(" regions")], regions="auto")
     if owner == "minidynamo":
         return minidynamo.optimize(backend)(fn)
+    if backend.endswith(" regions"):  # torch's recipe: each block compiled in place
+        from minidynamo.regions import repeated_blocks
+
+        for block in repeated_blocks(fn):
+            block.compile(backend=backend[:-len(" regions")], dynamic=False)
+        return fn
     return torch.compile(fn, backend=backend, dynamic=False)
 
 
