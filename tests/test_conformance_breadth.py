@@ -1,6 +1,7 @@
 """Conformance on the long tail (issue 32): Python and torch API that torch._dynamo compiles whole, one
 small function per concept, compared with eager and with torch._dynamo (reference mode), in one graph."""
 import enum
+import sys
 import types
 
 import pytest
@@ -340,6 +341,37 @@ class _OptionalParts(torch.nn.Module):
 
 
 # =============================================================================================
+# a metaclass's __instancecheck__ written in Python, traced; sys.intern as the no-op it is here
+# =============================================================================================
+class _HasShapeMeta(type):
+    def __instancecheck__(cls, obj):
+        return hasattr(obj, "shape") and getattr(cls, "min_dim", 0) <= len(obj.shape)
+
+
+class _Shaped(metaclass=_HasShapeMeta):
+    min_dim = 1
+
+
+class _Matrix(metaclass=_HasShapeMeta):
+    min_dim = 2
+
+
+@case(torch_breaks="torch._dynamo 2.13 raises on a metaclass's __instancecheck__")
+def metaclass_instancecheck_traced(x):
+    return x * 2 if isinstance(x, _Shaped) and not isinstance(x, _Matrix) and not isinstance(3, _Shaped) else x
+
+
+@case(torch_breaks="torch._dynamo 2.13 raises on a metaclass's __instancecheck__")
+def metaclass_instancecheck_exact_type(x):
+    return x + 1 if isinstance(_Matrix(), _Matrix) else x  # CPython answers an exact type without asking
+
+
+@case()
+def intern_of_constants(x):
+    return x * 2 if sys.intern("ab") is sys.intern("a" + "b") else x
+
+
+# =============================================================================================
 # generators driven by send(): the value sent is what the yield evaluates to
 # =============================================================================================
 def _running_total():
@@ -595,3 +627,21 @@ def test_legacy_tensor_type_answer_follows_the_dtype():
     compiled = optimize(CompileCounter())(fn)
     for x in (rand(3), rand(3).double(), rand(3), torch.arange(3)):
         assert_equal(compiled(x), fn(x))
+
+
+def test_metaclass_instancecheck_patched_later_is_seen():
+    class Meta(type):
+        def __instancecheck__(cls, obj):
+            return True
+
+    class Anything(metaclass=Meta):
+        pass
+
+    def fn(x):
+        return x * 2 if isinstance(x, Anything) else x - 1
+
+    compiled = optimize(CompileCounter())(fn)
+    x = rand(3)
+    assert_equal(compiled(x), fn(x))
+    Meta.__instancecheck__ = lambda cls, obj: False
+    assert_equal(compiled(x), fn(x))

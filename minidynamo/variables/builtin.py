@@ -41,7 +41,7 @@ from .user_defined import (ConstructedObjectVariable, NewObjectVariable, SuperVa
 # Functions that may be evaluated on constant arguments while tracing.
 _FOLDABLE = {
     abs, all, any, bool, chr, divmod, float, format, hash, int, len, max, min, ord, pow, repr, round, str, sum,
-    bin, hex, oct, callable, tuple, frozenset, sorted,
+    bin, hex, oct, callable, tuple, frozenset, sorted, sys.intern,
     *[getattr(math, name) for name in dir(math) if callable(getattr(math, name))],
     *[getattr(operator, name) for name in dir(operator) if not name.startswith("_") and callable(getattr(operator, name))],
 }
@@ -338,10 +338,25 @@ class BuiltinVariable(VariableTracker):
             if any(_legacy_type_matches(obj.example, c) for c in legacy):
                 return ConstantVariable(True)
             cls_value = tuple(c for c in _flat_classes(cls_value) if type(c) is not _LEGACY_TENSOR_TYPE)
+        check = getattr_static(type(cls_value), "__instancecheck__", None)
+        if isinstance(check, types.FunctionType) and check not in _TYPE_INSTANCECHECKS:  # a metaclass's own
+            return self._python_instancecheck(tx, obj, classes, check)
         if any(type(c).__instancecheck__ not in _TYPE_INSTANCECHECKS for c in _flat_classes(cls_value)):
             unimplemented("isinstance() with a class whose metaclass decides membership by the instance")
         python_type = obj.python_type()
         return ConstantVariable(issubclass(python_type, cls_value))
+
+    @staticmethod
+    def _python_instancecheck(tx, obj: VariableTracker, cls: VariableTracker, check: types.FunctionType):
+        """`isinstance(obj, cls)` where cls's metaclass defines __instancecheck__ in Python: CPython's
+        exact-type answer first, then the method traced and its result's truth."""
+        if obj.python_type() is cls.as_python_constant():
+            return ConstantVariable(True)
+        source = cls.source and AttrSource(AttrSource(cls.source, "__class__"), "__instancecheck__")
+        result = tx.wrap(check, source).call_function(tx, [cls, obj], {})
+        if not result.is_python_constant():
+            unimplemented("a metaclass's __instancecheck__ answered with other than a constant")
+        return ConstantVariable(bool(result.as_python_constant()))
 
     def _call_issubclass(self, tx, cls: VariableTracker, classes: VariableTracker):
         return ConstantVariable(issubclass(cls.as_python_constant(), classes.as_python_constant()))
