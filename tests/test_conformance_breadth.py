@@ -625,7 +625,7 @@ def test_legacy_tensor_type_answer_follows_the_dtype():
         return x * 2 if isinstance(x, torch.FloatTensor) else x - 1
 
     compiled = optimize(CompileCounter())(fn)
-    for x in (rand(3), rand(3).double(), rand(3), torch.arange(3)):
+    for x in (rand(3), rand(3).double(), rand(3), torch.arange(3), rand(3).to_sparse()):
         assert_equal(compiled(x), fn(x))
 
 

@@ -714,8 +714,9 @@ def _legacy_type_matches(example: torch.Tensor, cls: Any) -> bool:
     """`isinstance(t, cls)` for a legacy tensor type, as tensortype's check answers it: the same dtype,
     on a CPU (or CUDA) device as the type says, dense or sparse as the type says."""
     device = example.device.type
+    layout = torch.sparse_coo if cls.is_sparse else torch.strided  # CSR, mkldnn...: another dispatch key
     return (example.dtype == cls.dtype and device in ("cpu", "cuda") and (device == "cuda") == cls.is_cuda
-            and (example.layout == torch.sparse_coo) == cls.is_sparse)
+            and example.layout == layout)
 
 
 def _flat_classes(classes: Any) -> List[Any]:
