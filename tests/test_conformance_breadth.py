@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 
-from translator_harness import (Args, CompileCounter, ConformanceCases, assert_equal, assert_same,  # noqa: F401
+from translator_harness import (REFERENCE, Args, CompileCounter, ConformanceCases, assert_equal, assert_same,  # noqa: F401
                                 fresh_dynamo, optimize, rand)
 
 CASES = ConformanceCases()
@@ -629,6 +629,7 @@ def test_legacy_tensor_type_answer_follows_the_dtype():
         assert_equal(compiled(x), fn(x))
 
 
+@pytest.mark.xfail(REFERENCE, strict=True, reason="torch._dynamo 2.13 raises on a metaclass's __instancecheck__")
 def test_metaclass_instancecheck_patched_later_is_seen():
     class Meta(type):
         def __instancecheck__(cls, obj):
