@@ -535,3 +535,24 @@ def test_edge_values_match_eager(backend, strict):
         actual, expected = batch.results[name], batch.expected[name]
         assert actual.dtype == expected.dtype and actual.shape == expected.shape, name
         assert_close(actual, expected)  # NaN where eager has NaN; integers exact
+
+
+@pytest.mark.parametrize("name", ["aot_eager_decomp_partition", "aot_eager_default_partitioner"])
+def test_torch_backend_names_are_taken(name):
+    """Names torch.compile knows (`torch._dynamo.list_backends(exclude_tags=())`) and we do not
+    register ourselves resolve to torch's backend: same results and gradients as eager."""
+    fn = lambda x: (x + 1).sin() * x  # noqa: E731
+    x = torch.randn(4, requires_grad=True)
+    expected = fn(x)
+    expected.sum().backward()
+    want = x.grad.clone()
+    x.grad = None
+    y = minidynamo.compile(fn, backend=name)(x)
+    y.sum().backward()
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(x.grad, want)
+
+
+def test_unknown_backend_name_lists_ours_and_torchs():
+    with pytest.raises(KeyError, match="unknown backend 'no_such_backend'; known: .*aot_eager_decomp_partition"):
+        minidynamo.compile(lambda x: x, backend="no_such_backend")

@@ -42,9 +42,23 @@ def lookup_backend(backend: Union[str, CompilerFn]) -> CompilerFn:
         return backend
     if backend not in _BACKENDS and backend in _LAZY_BACKENDS:
         importlib.import_module(_LAZY_BACKENDS[backend])
-    if backend not in _BACKENDS:
-        raise KeyError(f"unknown backend {backend!r}; known: {', '.join(list_backends())}")
-    return _BACKENDS[backend]
+    if backend in _BACKENDS:
+        return _BACKENDS[backend]
+    torch_backends = _torch_backend_names()
+    if backend not in torch_backends:
+        raise KeyError(f"unknown backend {backend!r}; known: {', '.join(list_backends())}, "
+                       f"and torch's: {', '.join(sorted(torch_backends))}")
+    from torch._dynamo.backends.registry import lookup_backend as torch_lookup_backend
+
+    return torch_lookup_backend(backend)  # the same contract: (gm, example_inputs) -> callable
+
+
+def _torch_backend_names() -> List[str]:
+    """The names torch.compile takes (`torch._dynamo.list_backends`, debug ones included), imported
+    only when a name is not one of ours."""
+    from torch._dynamo.backends.registry import list_backends as torch_list_backends
+
+    return torch_list_backends(exclude_tags=())
 
 
 def list_backends() -> List[str]:
