@@ -1,5 +1,5 @@
 """Errors raised while translating a frame."""
-from typing import Any, Dict, List, NoReturn, Optional
+from typing import Any, Callable, Dict, List, NoReturn, Optional
 
 from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
@@ -101,6 +101,18 @@ def raise_folded(error: Exception, what: str) -> NoReturn:
     if isinstance(error, AttributeError):
         unimplemented(f"{what} raises {type(error).__name__} here")
     raise TracedException(type(error), error.args)
+
+
+def ends_in_attribute_error(lookup: Callable[[], Any]) -> bool:
+    """Whether `lookup()`, an attribute read traced, ends in AttributeError (what hasattr asks);
+    any other exception it raises goes on."""
+    try:
+        lookup()
+    except TracedException as error:
+        if not issubclass(error.exc_type, AttributeError):
+            raise
+        return True
+    return False
 
 
 class AttributeMissing(TracedException):

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
-from ..exc import TracedException, python_error, raise_folded, unimplemented, unimplemented_frame
+from ..exc import TracedException, ends_in_attribute_error, python_error, raise_folded, unimplemented, unimplemented_frame
 from ..guards import Guard, GuardKind
 from ..module_lookup import getattr_static
 from ..source import AttrSource
@@ -333,11 +333,12 @@ class BuiltinVariable(VariableTracker):
 
     def _call_isinstance(self, tx, obj: VariableTracker, classes: VariableTracker):
         cls_value = classes.as_python_constant()
-        legacy = [c for c in _flat_classes(cls_value) if type(c) is _LEGACY_TENSOR_TYPE]
+        flat = _flat_classes(cls_value)
+        legacy = [c for c in flat if type(c) is _LEGACY_TENSOR_TYPE]
         if legacy and isinstance(obj, TensorVariable):  # its dtype, device and layout are guarded
             if any(_legacy_type_matches(obj.example, c) for c in legacy):
                 return ConstantVariable(True)
-            cls_value = tuple(c for c in _flat_classes(cls_value) if type(c) is not _LEGACY_TENSOR_TYPE)
+            cls_value = tuple(c for c in flat if type(c) is not _LEGACY_TENSOR_TYPE)
         check = getattr_static(type(cls_value), "__instancecheck__", None)
         if isinstance(check, types.FunctionType) and check not in _TYPE_INSTANCECHECKS:  # a metaclass's own
             return self._python_instancecheck(tx, obj, classes, check)
@@ -747,13 +748,7 @@ def _lookup_is_traced(obj: VariableTracker) -> bool:
 
 def _has_attr(tx, obj: VariableTracker, name: str) -> bool:
     if _lookup_is_traced(obj):
-        try:
-            obj.var_getattr(tx, name)
-        except TracedException as error:
-            if not issubclass(error.exc_type, AttributeError):
-                raise
-            return False
-        return True
+        return not ends_in_attribute_error(lambda: obj.var_getattr(tx, name))
     if isinstance(obj, TensorVariable):
         return obj.has_attribute(tx, name)
     identity = _identity_of(obj)

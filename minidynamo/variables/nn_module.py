@@ -11,7 +11,7 @@ from torch.nn.modules import module as module_impl
 from torch.nn.modules.lazy import LazyModuleMixin
 
 from .. import config
-from ..exc import TracedException, no_attribute, unimplemented
+from ..exc import ends_in_attribute_error, no_attribute, unimplemented
 from ..guards import Guard, GuardKind
 from ..module_lookup import MISSING, MODULE_TABLES, class_attribute, is_data_descriptor, module_attribute_home
 from ..source import AttrSource, GetItemSource
@@ -198,13 +198,7 @@ class NNModuleVariable(VariableTracker):
         if present:
             return True
         if class_attribute(type(module), "__getattr__") is not torch.nn.Module.__getattr__:
-            try:
-                self._call_own_method(tx, "__getattr__", [ConstantVariable(name)])
-            except TracedException as error:
-                if not issubclass(error.exc_type, AttributeError):
-                    raise
-                return False
-            return True
+            return not ends_in_attribute_error(lambda: self._call_own_method(tx, "__getattr__", [ConstantVariable(name)]))
         for table in MODULE_TABLES:
             present = name in getattr(module, table)
             self._guard(tx, table, GuardKind.DICT_CONTAINS, (name, present))
